@@ -1,0 +1,55 @@
+# ddp-operator: every target creates .venv (the project, editable, with its test and trainer
+# extras) when missing, and uses it. See README.md.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo demo-down clean
+
+help:
+	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
+	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
+	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,trainer]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not cluster and not torch" $(PYTEST_ARGS)
+
+# Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
+test: lint $(STAMP)
+	$(BIN)/pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+
+cluster-up: $(STAMP)
+	hack/cluster/cluster.sh up
+
+cluster-down:
+	hack/cluster/cluster.sh down
+
+cluster-status:
+	hack/cluster/cluster.sh status
+
+demo: $(STAMP)
+	hack/demo.sh
+
+clean: cluster-down
+	rm -rf .cluster $(VENV)

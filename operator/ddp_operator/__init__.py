@@ -1,0 +1,1 @@
+"""ddp-operator: runs multi-node PyTorch DDP jobs on Kubernetes."""

@@ -1,0 +1,92 @@
+"""Names shared by the CRD, the builders, the handlers and the CLI."""
+
+from __future__ import annotations
+
+GROUP = "ddp-operator.io"
+VERSION = "v1alpha1"
+KIND = "DDPJob"
+PLURAL = "ddpjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Labels on every object the operator creates.
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_INDEX = f"{GROUP}/worker-index"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "ddp-operator"
+
+# Prefix for kopf's own bookkeeping (finalizer, progress and diff-base annotations).
+FINALIZER = f"{GROUP}/finalizer"
+
+TRAINER_CONTAINER = "trainer"
+WORKER_ROLE = "worker"
+SHM_VOLUME = "ddp-shm"
+SHM_PATH = "/dev/shm"
+
+DEFAULT_MASTER_PORT = 29500
+DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_HCCL_BASE_PORT = 60000
+HCCL_PORT_COUNT = 32  # newer CANN releases use 32 ports from HCCL_IF_BASE_PORT; older ones 16
+
+# Accelerator resources: the backend each implies, and whether it is an Ascend NPU.
+NVIDIA_GPU = "nvidia.com/gpu"
+ASCEND_PREFIX = "huawei.com/Ascend"
+ASCEND_910 = "huawei.com/Ascend910"
+ASCEND_910_PER_NODE = (1, 2, 4, 8)
+
+BACKEND_NCCL = "nccl"
+BACKEND_HCCL = "hccl"
+BACKEND_GLOO = "gloo"
+
+# The env contract: names the operator sets on the trainer container. A user env entry with one
+# of these names is refused by the CRD (CEL), so the operator's values always win.
+ENV_BACKEND = "DDP_BACKEND"
+ENV_JOB_NAME = "DDP_JOB_NAME"
+ENV_ATTEMPT = "DDP_ATTEMPT"
+RESERVED_ENV = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NNODES",
+    "NODE_RANK",
+    "NPROC_PER_NODE",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_RDZV_BACKEND",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "PET_RDZV_CONF",
+    ENV_BACKEND,
+    ENV_JOB_NAME,
+    ENV_ATTEMPT,
+    "MA_NUM_HOSTS",
+    "MA_NUM_GPUS",
+    "MA_TASK_NAME",
+    "MA_VJ_NAME",
+    "VC_TASK_INDEX",
+    "VC_WORKER_NUM",
+    "VC_WORKER_HOSTS",
+    "HCCL_IF_BASE_PORT",
+)
+
+# Condition types written to status.conditions.
+COND_CREATED = "Created"
+COND_RUNNING = "Running"
+COND_RESTARTING = "Restarting"
+COND_SUCCEEDED = "Succeeded"
+COND_FAILED = "Failed"
+COND_SUSPENDED = "Suspended"
+COND_UNSCHEDULABLE = "Unschedulable"
+
+# Success and clean-up policies.
+SUCCESS_ALL_WORKERS = "AllWorkers"
+SUCCESS_WORKER0 = "Worker0"
+CLEAN_RUNNING = "Running"
+CLEAN_ALL = "All"
+CLEAN_NONE = "None"

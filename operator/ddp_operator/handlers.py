@@ -1,0 +1,70 @@
+"""kopf wiring, kept thin: watch DDPJobs and their pods, and hand them to the job loops.
+
+kopf indexes the worker pods (and waits for that index to be complete before any handler
+runs, so a restarted operator never mistakes an unseen pod for a lost one). No handler here
+writes anything: the per-job loops in ``runner`` do.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from . import constants as c
+from .kube import Kube, api_client
+from .runner import Runners
+from .workers import observe
+
+runners = Runners()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Operator settings: our own annotation prefixes, quiet Events, an API client."""
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 600
+    settings.watching.client_timeout = 660
+    concurrency = int(memo.get("api_concurrency", 32))
+    runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
+    if "on_kube_call" in memo:
+        runners.kube.on_call = memo["on_kube_call"]
+    if "on_pass" in memo:
+        runners.on_pass = memo["on_pass"]
+
+
+@kopf.on.cleanup()
+async def shutdown(**_: Any) -> None:
+    await runners.close()
+
+
+@kopf.index("pods", labels={c.LABEL_JOB: kopf.PRESENT})
+def worker_pods(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> Any:
+    """Index of worker pods by (namespace, job name), as WorkerPod summaries."""
+    pod = observe(body)
+    return {(namespace, labels[c.LABEL_JOB]): pod} if pod else None
+
+
+@kopf.on.event("pods", labels={c.LABEL_JOB: kopf.PRESENT})
+def pod_changed(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    """A worker pod changed: wake its job's loop."""
+    runners.poke((namespace, labels[c.LABEL_JOB]))
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+async def job_changed(
+    type: str | None, body: kopf.Body, namespace: str, name: str, worker_pods: kopf.Index, **_: Any
+) -> None:
+    """A DDPJob appeared, changed or was deleted: start, wake or stop its loop."""
+    runners.index = worker_pods
+    key = (namespace, name)
+    if type == "DELETED":
+        await runners.forget(key)
+    else:
+        runners.observe(key, body)

@@ -1,0 +1,127 @@
+"""The operator's writes to the API server: the only module of the operator that does I/O.
+
+The official client is synchronous; calls run in a bounded thread pool so that a job's pods
+are created concurrently without blocking kopf's event loop. Responses of writes are not
+deserialised (only their status matters), which keeps the client's CPU cost low.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from . import constants as c
+
+log = logging.getLogger(__name__)
+
+CONFLICT = 409
+NOT_FOUND = 404
+
+
+def api_client(pool_size: int = 64) -> client.ApiClient:
+    """An ApiClient for the in-cluster service account, else the kubeconfig (KUBECONFIG)."""
+    cfg = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool_size
+    cfg.retries = 3
+    return client.ApiClient(cfg)
+
+
+class Kube:
+    """Asynchronous facade over the official client for the few calls the operator makes."""
+
+    def __init__(self, api: client.ApiClient, concurrency: int = 32):
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kube")
+        self.on_call: Callable[[str, int | None], None] = lambda verb, code: None
+
+    async def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                self._pool, functools.partial(fn, *args, _preload_content=False, **kwargs)
+            )
+        except ApiException as exc:
+            self.on_call(verb, exc.status)
+            raise
+        self.on_call(verb, 200)
+        return result
+
+    async def create_service(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a Service; False if it already exists."""
+        ns = manifest["metadata"]["namespace"]
+        try:
+            await self._call("create_service", self.core.create_namespaced_service, ns, manifest)
+        except ApiException as exc:
+            if exc.status == CONFLICT:
+                return False
+            raise
+        return True
+
+    async def create_pod(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a pod; False if one of that name exists already."""
+        ns = manifest["metadata"]["namespace"]
+        try:
+            await self._call("create_pod", self.core.create_namespaced_pod, ns, manifest)
+        except ApiException as exc:
+            if exc.status == CONFLICT:
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Delete exactly this pod (UID precondition); False if it is gone or was replaced."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self._call(
+                "delete_pod", self.core.delete_namespaced_pod, name, namespace, body=body
+            )
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the DDPJob's status subresource."""
+        await self._call(
+            "patch_status",
+            self.custom.patch_namespaced_custom_object_status,
+            c.GROUP,
+            c.VERSION,
+            namespace,
+            c.PLURAL,
+            name,
+            {"status": dict(status)},
+        )
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the DDPJob itself (TTL); its children follow by garbage collection."""
+        body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+        try:
+            await self._call(
+                "delete_job",
+                self.custom.delete_namespaced_custom_object,
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+                name,
+                body=body,
+            )
+        except ApiException as exc:
+            if exc.status not in (NOT_FOUND, CONFLICT):
+                raise

@@ -1,0 +1,345 @@
+"""The reconcile decision, pure: a job, its status and its observed pods in; a Plan out.
+
+The handlers execute a Plan (status first, then Events, deletions, creations) and call
+``plan`` again on the next change. Every decision is derived from what is observed, so a
+restarted operator converges from any point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from . import constants as c
+from .builders import worker_name
+from .jobspec import JobSpec
+from .workers import WorkerPod
+
+NORMAL = "Normal"
+WARNING = "Warning"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the DDPJob."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What to do next for one job."""
+
+    status: dict[str, Any]
+    create: list[int] = field(default_factory=list)
+    delete: list[WorkerPod] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_job: bool = False
+
+    @property
+    def attempt(self) -> int:
+        return int(self.status.get("restarts") or 0)
+
+    @property
+    def finished(self) -> bool:
+        return self.status.get("phase") in FINISHED_PHASES
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 as Kubernetes writes it (seconds, UTC, 'Z')."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """Parse a Kubernetes timestamp; None stays None."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    """The condition of the given type, if present."""
+    return next((cd for cd in conditions if cd.get("type") == type_), None)
+
+
+def is_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
+    """Whether the condition of the given type is present and True."""
+    cond = condition(conditions, type_)
+    return bool(cond) and cond.get("status") == "True"
+
+
+class _Conditions:
+    """A status.conditions list being updated, recording the Events its transitions imply."""
+
+    def __init__(self, current: Iterable[Mapping[str, Any]], now: datetime, generation: int):
+        self.items = [dict(cd) for cd in current]
+        self.now = format_time(now)
+        self.generation = generation
+        self.events: list[Event] = []
+
+    def true(self, type_: str) -> bool:
+        return is_true(self.items, type_)
+
+    def set(
+        self, type_: str, value: bool, reason: str, message: str, event: str | None = None
+    ) -> None:
+        """Set a condition; a change of status moves lastTransitionTime and may post an Event."""
+        status = "True" if value else "False"
+        new = {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "observedGeneration": self.generation,
+        }
+        old = condition(self.items, type_)
+        if old is None:
+            new["lastTransitionTime"] = self.now
+            self.items.append(new)
+        elif old.get("status") != status:
+            new["lastTransitionTime"] = self.now
+            old.clear()
+            old.update(new)
+        else:
+            new["lastTransitionTime"] = old.get("lastTransitionTime") or self.now
+            old.clear()
+            old.update(new)
+            return
+        if event:
+            self.events.append(Event(event, reason, message))
+
+    def clear(self, type_: str, reason: str, message: str, event: str | None = None) -> None:
+        """Set a condition False, but only if it is there at all."""
+        if condition(self.items, type_) is not None:
+            self.set(type_, False, reason, message, event)
+
+
+def _counts(pods: Iterable[WorkerPod]) -> dict[str, int]:
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    for pod in pods:
+        key = pod.phase.lower()
+        if key in counts:
+            counts[key] += 1
+    return counts
+
+
+def _cleanup(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
+    """Pods to delete once the job has finished, by the clean-up policy."""
+    if job.clean_pod_policy == c.CLEAN_NONE:
+        return []
+    return [
+        p
+        for p in pods
+        if not p.deleting
+        and (job.clean_pod_policy == c.CLEAN_ALL or p.phase not in FINISHED_PHASES)
+    ]
+
+
+def _failures(job: JobSpec, current: dict[int, WorkerPod], created: bool) -> list[str]:
+    """Descriptions of the workers of this attempt that failed, vanished or are being removed."""
+    found = []
+    for i in range(job.nodes):
+        pod = current.get(i)
+        if pod is None:
+            if created:
+                found.append(f"{worker_name(job, i)} was deleted")
+        elif pod.phase == "Failed":
+            found.append(pod.describe_end())
+        elif pod.deleting and pod.phase != "Succeeded":
+            found.append(f"{pod.name} is being deleted (evicted, preempted or removed)")
+    return found
+
+
+def _succeeded(job: JobSpec, current: dict[int, WorkerPod]) -> str | None:
+    """The success reason, if the success policy is met."""
+    if job.success_policy == c.SUCCESS_WORKER0:
+        worker0 = current.get(0)
+        return "Worker0Succeeded" if worker0 and worker0.phase == "Succeeded" else None
+    if all(i in current and current[i].phase == "Succeeded" for i in range(job.nodes)):
+        return "AllWorkersSucceeded"
+    return None
+
+
+def plan(
+    job: JobSpec,
+    status: Mapping[str, Any],
+    pods: Iterable[WorkerPod],
+    now: datetime,
+    generation: int = 0,
+) -> Plan:
+    """Decide the next status and actions of a job from what is observed."""
+    pods = list(pods)
+    attempt = max([int(status.get("restarts") or 0), *(p.attempt for p in pods)])
+    conds = _Conditions(status.get("conditions") or [], now, generation)
+    current = {p.index: p for p in pods if p.attempt == attempt and p.index < job.nodes}
+    stale = [p for p in pods if p not in current.values()]
+    new: dict[str, Any] = {
+        "restarts": attempt,
+        "observedGeneration": generation,
+        "startTime": status.get("startTime"),
+        "completionTime": status.get("completionTime"),
+        "workers": _counts(p for p in current.values() if not p.deleting),
+    }
+    result = Plan(status=new)
+
+    def finish(result: Plan) -> Plan:
+        new["conditions"] = conds.items
+        new["phase"] = _phase(conds)
+        result.events = conds.events
+        return result
+
+    def stop(succeeded: bool, reason: str, message: str) -> Plan:
+        if succeeded:
+            conds.set(c.COND_SUCCEEDED, True, reason, message, NORMAL)
+        else:
+            conds.set(c.COND_FAILED, True, reason, message, WARNING)
+        conds.set(c.COND_RUNNING, False, reason, "the job has finished")
+        conds.clear(c.COND_RESTARTING, reason, "the job has finished")
+        new["completionTime"] = format_time(now)
+        return finished(job, pods, now, new, finish(result))
+
+    # 1. A finished job only cleans up and waits for its TTL.
+    if conds.true(c.COND_SUCCEEDED) or conds.true(c.COND_FAILED):
+        return finished(job, pods, now, new, finish(result))
+
+    # 2. Suspended: no pods; resuming restarts the clock, as for a Job.
+    if job.suspend:
+        conds.set(c.COND_SUSPENDED, True, "Suspended", "the job is suspended", NORMAL)
+        conds.clear(c.COND_RUNNING, "Suspended", "the job is suspended")
+        conds.clear(c.COND_CREATED, "Suspended", "the job is suspended")
+        result.delete = [p for p in pods if not p.deleting]
+        return finish(result)
+    if conds.true(c.COND_SUSPENDED):
+        conds.set(c.COND_SUSPENDED, False, "Resumed", "the job was resumed", NORMAL)
+        new["startTime"] = None
+
+    # 3. Deadline.
+    start = parse_time(new["startTime"])
+    if job.active_deadline_seconds is not None and start is not None:
+        left = start + timedelta(seconds=job.active_deadline_seconds) - now
+        if left <= timedelta(0):
+            return stop(
+                False,
+                "DeadlineExceeded",
+                f"the job was active longer than activeDeadlineSeconds "
+                f"({job.active_deadline_seconds}s)",
+            )
+        result.requeue_after = left.total_seconds()
+
+    # 4. Success, then failure (a whole-group restart while the backoff limit allows).
+    reason = _succeeded(job, current)
+    if reason:
+        what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
+        return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
+    failures = _failures(job, current, conds.true(c.COND_CREATED))
+    if failures:
+        cause = "; ".join(failures[:3])
+        if len(failures) > 3:
+            cause += f" (and {len(failures) - 3} more)"
+        if attempt >= job.backoff_limit:
+            return stop(
+                False,
+                "BackoffLimitExceeded",
+                f"{cause}; the group was restarted {attempt} times (backoffLimit "
+                f"{job.backoff_limit})",
+            )
+        new["restarts"] = attempt + 1
+        new["workers"] = _counts([])
+        message = (
+            f"{cause}; restarting all {job.nodes} workers "
+            f"(restart {attempt + 1} of {job.backoff_limit})"
+        )
+        conds.set(c.COND_RESTARTING, True, "WorkerFailed", message, WARNING)
+        conds.set(c.COND_CREATED, False, "Restarting", "the group is being recreated")
+        conds.set(c.COND_RUNNING, False, "Restarting", "the group is being recreated")
+        result.delete = [p for p in pods if not p.deleting]
+        return finish(result)
+
+    # 5. Remove what does not belong to this attempt; create what is missing.
+    result.delete = [p for p in stale if not p.deleting]
+    taken = {p.name for p in pods}
+    result.create = [
+        i for i in range(job.nodes) if i not in current and worker_name(job, i) not in taken
+    ]
+    if result.create and new["startTime"] is None:
+        new["startTime"] = format_time(now)
+        if job.active_deadline_seconds is not None:
+            result.requeue_after = float(job.active_deadline_seconds)
+    live = [p for p in current.values() if not p.deleting]
+    if len(live) == job.nodes:
+        if not conds.true(c.COND_CREATED):
+            conds.set(
+                c.COND_CREATED,
+                True,
+                "WorkersCreated",
+                f"created {job.nodes} workers (attempt {attempt})",
+                NORMAL,
+            )
+    else:
+        conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
+
+    # 6. Scheduling trouble, with the scheduler's own words.
+    stuck = [p for p in live if p.unschedulable]
+    if stuck:
+        first = min(stuck, key=lambda p: p.index)
+        conds.set(
+            c.COND_UNSCHEDULABLE,
+            True,
+            "Unschedulable",
+            f"{len(stuck)} of {job.nodes} workers cannot be scheduled; "
+            f"{first.name}: {first.unschedulable}",
+            WARNING,
+        )
+    else:
+        conds.clear(c.COND_UNSCHEDULABLE, "Scheduled", "every worker is scheduled")
+
+    # 7. Running once every worker has started (finished workers count as started).
+    started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)
+    if started:
+        conds.set(c.COND_RUNNING, True, "AllWorkersRunning", f"{job.nodes} workers running", NORMAL)
+        conds.clear(
+            c.COND_RESTARTING, "Restarted", f"the group is running again (attempt {attempt})"
+        )
+    elif not conds.true(c.COND_RESTARTING):
+        conds.set(
+            c.COND_RUNNING,
+            False,
+            "WorkersPending",
+            f"{new['workers']['running']} of {job.nodes} workers running",
+        )
+    return finish(result)
+
+
+def finished(
+    job: JobSpec, pods: list[WorkerPod], now: datetime, new: dict[str, Any], result: Plan
+) -> Plan:
+    """Clean-up and TTL of a finished job."""
+    result.create = []
+    result.delete = _cleanup(job, pods)
+    done_at = parse_time(new.get("completionTime"))
+    if job.ttl_seconds_after_finished is not None and done_at is not None:
+        left = done_at + timedelta(seconds=job.ttl_seconds_after_finished) - now
+        if left <= timedelta(0):
+            result.delete_job = True
+        else:
+            result.requeue_after = left.total_seconds()
+    return result
+
+
+def _phase(conds: _Conditions) -> str:
+    for type_, phase in (
+        (c.COND_FAILED, "Failed"),
+        (c.COND_SUCCEEDED, "Succeeded"),
+        (c.COND_SUSPENDED, "Suspended"),
+        (c.COND_RESTARTING, "Restarting"),
+        (c.COND_RUNNING, "Running"),
+    ):
+        if conds.true(type_):
+            return phase
+    return "Pending"

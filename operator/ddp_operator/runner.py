@@ -1,0 +1,162 @@
+"""One reconcile loop per DDPJob: wakes on any change of the job or its pods, plans, executes.
+
+Events for a job and its pods only set a flag; the loop coalesces a burst of them into one
+pass. Each pass reads the job and its pods from memory (kopf's watch-fed index), asks the pure
+planner what to do, then writes: status first, then Events, deletions and creations. The loop
+remembers the status it wrote last, so a pass that runs before the watch echoes that write
+back still sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from . import builders, reconcile
+from .jobspec import SpecError, resolve
+from .kube import Kube
+from .workers import WorkerPod
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+PodSource = Callable[[Key], Iterable[WorkerPod]]
+
+SETTLE_SECONDS = 0.05  # lets a burst of pod events land before a pass
+MAX_BACKOFF = 60.0
+
+
+class JobRunner:
+    """The reconcile loop of one DDPJob."""
+
+    def __init__(self, key: Key, body: Mapping[str, Any], kube: Kube, pods: PodSource):
+        self.key = key
+        self.body = body
+        self.kube = kube
+        self.pods = pods
+        self.status: dict[str, Any] = dict(body.get("status") or {})
+        self.wake = asyncio.Event()
+        self.on_pass: Callable[[float, reconcile.Plan], None] = lambda seconds, plan: None
+        self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
+
+    def update(self, body: Mapping[str, Any]) -> None:
+        """A new version of the job was observed."""
+        self.body = body
+        self.wake.set()
+
+    def poke(self) -> None:
+        """One of the job's pods changed."""
+        self.wake.set()
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def _loop(self) -> None:
+        failures = 0
+        while True:
+            self.wake.clear()
+            try:
+                delay = await self.reconcile_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # retried with backoff; the loop never dies
+                failures += 1
+                delay = min(MAX_BACKOFF, 0.5 * 2**failures)
+                log.warning("ddpjob %s/%s: pass failed (%s); retry in %.1fs", *self.key, exc, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=delay)
+            await asyncio.sleep(SETTLE_SECONDS)
+
+    async def reconcile_once(self) -> float | None:
+        """One pass; returns seconds until a timed re-check is due (deadline, TTL), if any."""
+        started = time.perf_counter()
+        body = self.body
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None  # garbage collection removes the children
+        try:
+            job = resolve(body)
+        except (SpecError, KeyError, TypeError, ValueError) as exc:
+            kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc))
+            return None
+        plan = reconcile.plan(
+            job, self.status, self.pods(self.key), datetime.now(UTC), meta.get("generation", 0)
+        )
+        await self.execute(job, body, plan)
+        self.on_pass(time.perf_counter() - started, plan)
+        return plan.requeue_after
+
+    async def execute(self, job: Any, body: Mapping[str, Any], plan: reconcile.Plan) -> None:
+        """Carry out a plan: status, Events, deletions, creations, TTL deletion."""
+        changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
+        if changed:
+            await self.kube.patch_status(job.namespace, job.name, changed)
+            self.status.update(plan.status)
+        for event in plan.events:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        if plan.delete:
+            await asyncio.gather(
+                *(self.kube.delete_pod(job.namespace, p.name, p.uid) for p in plan.delete)
+            )
+        if plan.create:
+            await self.kube.create_service(builders.build_service(job))
+            pods = [builders.build_worker_pod(job, i, plan.attempt) for i in plan.create]
+            await asyncio.gather(*(self.kube.create_pod(pod) for pod in pods))
+        if plan.delete_job:
+            await self.kube.delete_job(job.namespace, job.name, job.uid)
+
+
+class Runners:
+    """The registry of JobRunners, keyed by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self.kube: Kube | None = None
+        self.index: Mapping[Key, Iterable[WorkerPod]] = {}
+        self._runners: dict[Key, JobRunner] = {}
+        self.on_pass: Callable[[float, reconcile.Plan], None] = lambda seconds, plan: None
+
+    def pods(self, key: Key) -> list[WorkerPod]:
+        """The job's pods as last observed."""
+        return list(self.index.get(key, ()))
+
+    def __len__(self) -> int:
+        return len(self._runners)
+
+    def observe(self, key: Key, body: Mapping[str, Any]) -> None:
+        """Start the job's loop, or hand it the newest body; a new UID replaces the loop."""
+        assert self.kube is not None, "Runners.kube is set at operator start-up"
+        runner = self._runners.get(key)
+        if runner is not None and runner.body["metadata"].get("uid") == body["metadata"].get("uid"):
+            runner.update(body)
+            return
+        if runner is not None:
+            runner.task.cancel()
+        runner = JobRunner(key, body, self.kube, self.pods)
+        runner.on_pass = self.on_pass
+        self._runners[key] = runner
+
+    def poke(self, key: Key) -> None:
+        """A pod of the job changed."""
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner.poke()
+
+    async def forget(self, key: Key) -> None:
+        """The job is gone: stop its loop."""
+        runner = self._runners.pop(key, None)
+        if runner is not None:
+            await runner.stop()
+
+    async def close(self) -> None:
+        for key in list(self._runners):
+            await self.forget(key)

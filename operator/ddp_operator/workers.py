@@ -1,0 +1,108 @@
+"""What the operator keeps of each worker pod it watches: a small, pure summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import constants as c
+
+
+@dataclass(frozen=True)
+class WorkerPod:
+    """The observed state of one worker pod."""
+
+    name: str
+    index: int
+    attempt: int
+    phase: str = "Pending"
+    uid: str | None = None
+    deleting: bool = False
+    node: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    unschedulable: str | None = None
+
+    def describe_end(self) -> str:
+        """Why this worker stopped, in words (for conditions and Events)."""
+        text = self.name
+        if self.exit_code is not None:
+            text += f" exited with code {self.exit_code}"
+            if self.reason:
+                text += f" ({self.reason})"
+        elif self.reason:
+            text += f" failed: {self.reason}"
+        else:
+            text += " failed"
+        if self.message:
+            text += f": {self.message}"
+        if self.node:
+            text += f" on node {self.node}"
+        return text
+
+
+def _terminations(statuses: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    found = {}
+    for status in statuses:
+        state = status.get("state") or {}
+        term = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
+        if term:
+            found[status.get("name", "")] = term
+    return found
+
+
+def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
+    """Summarise a worker pod; None for a pod without the operator's labels."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        index = int(labels[c.LABEL_INDEX])
+        attempt = int(labels.get(c.LABEL_ATTEMPT, "0"))
+    except (KeyError, ValueError):
+        return None
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    containers = spec.get("containers") or []
+    names = [ct.get("name") for ct in containers]
+    trainer = c.TRAINER_CONTAINER if c.TRAINER_CONTAINER in names else (names or [None])[0]
+
+    phase = status.get("phase") or "Pending"
+    exit_code = reason = message = None
+    if phase in ("Failed", "Succeeded"):
+        terms = _terminations(list(status.get("containerStatuses") or []))
+        term = terms.get(trainer or "")
+        if phase == "Failed" and (term is None or not term.get("exitCode")):
+            # The pod failed though the trainer did not: report the container that did.
+            term = next((t for t in terms.values() if t.get("exitCode")), term)
+        if term is not None:
+            exit_code = int(term.get("exitCode", 0))
+            reason = term.get("reason")
+            message = term.get("message")
+        if status.get("reason"):  # Evicted, NodeLost, DeadlineExceeded...
+            reason = status.get("reason")
+            message = status.get("message") or message
+
+    unschedulable = None
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            unschedulable = cond.get("message") or "unschedulable"
+
+    return WorkerPod(
+        name=meta.get("name", ""),
+        index=index,
+        attempt=attempt,
+        phase=phase,
+        uid=meta.get("uid"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        node=spec.get("nodeName"),
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        unschedulable=unschedulable,
+    )

@@ -1,0 +1,80 @@
+"""pytest plugin: the cluster, a fresh namespace per test, the CRD and the operator.
+
+Markers: ``cluster`` (needs an API server: the local one, or KUBECONFIG), ``torch`` (real
+torch.distributed processes), ``docker`` and ``gpu`` (skipped, with the reason, where absent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from harness.cluster import CRD_FILE, Cluster, connect, disconnect, wait_for
+from harness.operator import OperatorProcess
+
+TEST_NS_PREFIX = "ddpt-"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    docker = (
+        shutil.which("docker")
+        and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    )
+    gpu = shutil.which("nvidia-smi") is not None
+    for item in items:
+        if "docker" in item.keywords and not docker:
+            item.add_marker(pytest.mark.skip(reason="needs a running Docker engine (kind)"))
+        if "gpu" in item.keywords and not gpu:
+            item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi)"))
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """The cluster of this test session."""
+    c = connect()
+    try:
+        yield c
+    finally:
+        disconnect(c)
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: Cluster) -> str:
+    """The DDPJob CRD, applied and Established."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddp-operator.io"
+    )
+    return "ddpjobs.ddp-operator.io"
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace, deleted after the test."""
+    name = f"{TEST_NS_PREFIX}{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    # The namespace's default ServiceAccount must exist before pods can be created in it.
+    wait_for(
+        lambda: cluster.core.list_namespaced_service_account(name).items,
+        timeout=30,
+        what=f"serviceaccount in {name}",
+    )
+    yield name
+    cluster.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, crd: str) -> Iterator[OperatorProcess]:
+    """One operator process for the session, watching the tests' namespaces."""
+    proc = OperatorProcess(cluster, f"{TEST_NS_PREFIX}*").start()
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+        if os.environ.get("DDP_SHOW_OPERATOR_LOG"):
+            print(proc.output())

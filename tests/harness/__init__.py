@@ -1,0 +1,1 @@
+"""Test harness: a real Kubernetes API server (the local kwok cluster, or KUBECONFIG)."""

@@ -1,0 +1,105 @@
+"""Which cluster the tests use, and clients for it.
+
+``KUBECONFIG`` set: that cluster (kind, a real one). Otherwise the local control plane of
+``hack/cluster/cluster.sh``, brought up once per test session (and taken down again if this
+session started it, unless ``DDP_KEEP_CLUSTER=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SH = ROOT / "hack" / "cluster" / "cluster.sh"
+LOCAL_KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
+CRD_FILE = ROOT / "crds" / "ddpjobs.ddp-operator.io.yaml"
+
+T = TypeVar("T")
+
+
+@dataclass
+class Cluster:
+    """A reachable cluster: its kubeconfig, whether it is the local kwok one, and clients."""
+
+    kubeconfig: Path
+    local: bool
+    started_here: bool
+    api: client.ApiClient
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def kubectl_bin(self) -> str:
+        local = ROOT / ".cluster" / "bin" / "kubectl"
+        return str(local) if local.exists() else "kubectl"
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run kubectl against this cluster; output captured as text."""
+        return subprocess.run(
+            [self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            input=input,
+            timeout=120,
+        )
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (the operator, the CLI) that should use this cluster."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+
+def _local_running() -> bool:
+    return subprocess.run([str(CLUSTER_SH), "status"], capture_output=True).returncode == 0
+
+
+def connect() -> Cluster:
+    """Use KUBECONFIG if set, else bring the local cluster up (or reuse it)."""
+    given = os.environ.get("KUBECONFIG")
+    if given:
+        path, started = Path(given.split(os.pathsep)[0]), False
+        local = path.resolve() == LOCAL_KUBECONFIG.resolve()
+    else:
+        started = not _local_running()
+        if started:
+            subprocess.run([str(CLUSTER_SH), "up"], check=True)
+        path, local = LOCAL_KUBECONFIG, True
+    api = config.new_client_from_config(config_file=str(path))
+    return Cluster(kubeconfig=path, local=local, started_here=started, api=api)
+
+
+def disconnect(cluster: Cluster) -> None:
+    """Take the local cluster down again if this session brought it up."""
+    cluster.api.close()
+    if cluster.started_here and os.environ.get("DDP_KEEP_CLUSTER") != "1":
+        subprocess.run([str(CLUSTER_SH), "down"], check=False)
+
+
+def wait_for(
+    probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.2, what: str = ""
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}; last: {last!r}")

@@ -1,0 +1,62 @@
+"""DDPJobs on the cluster: apply, read, wait for a condition or phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .cluster import Cluster, wait_for
+
+GROUP, VERSION, PLURAL = "ddp-operator.io", "v1alpha1", "ddpjobs"
+
+
+def apply(cluster: Cluster, manifest: dict[str, Any], check: bool = True):
+    """`kubectl apply` a manifest, as a user would; returns the CompletedProcess."""
+    return cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest), check=check)
+
+
+def get(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
+    items = cluster.custom.list_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, field_selector=f"metadata.name={name}"
+    )["items"]
+    return items[0] if items else None
+
+
+def condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in ((job or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return cond
+    return None
+
+
+def wait_condition(
+    cluster: Cluster, ns: str, name: str, type_: str, status: str = "True", timeout: float = 60
+) -> dict[str, Any]:
+    """Wait for a status condition; returns the job."""
+
+    def probe():
+        job = get(cluster, ns, name)
+        cond = condition(job, type_)
+        return job if cond and cond["status"] == status else None
+
+    return wait_for(probe, timeout=timeout, what=f"ddpjob {ns}/{name} condition {type_}={status}")
+
+
+def wait_phase(cluster: Cluster, ns: str, name: str, phase: str, timeout: float = 60) -> dict:
+    return wait_for(
+        lambda: (
+            (j := get(cluster, ns, name)) and (j.get("status") or {}).get("phase") == phase and j
+        ),
+        timeout=timeout,
+        what=f"ddpjob {ns}/{name} phase {phase}",
+    )
+
+
+def events(cluster: Cluster, ns: str, name: str) -> list[dict[str, Any]]:
+    """Events on the DDPJob, oldest first."""
+    evs = cluster.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=DDPJob,involvedObject.name={name}"
+    )
+    out = cluster.api.sanitize_for_serialization(evs)["items"]
+    return sorted(out, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")

@@ -1,0 +1,76 @@
+"""The operator as users run it: a `ddp-operator run` process, started and killed by tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from .cluster import Cluster, wait_for
+
+BIN = Path(sys.executable).parent / "ddp-operator"
+
+
+class OperatorProcess:
+    """A `ddp-operator run` subprocess watching the given namespace pattern."""
+
+    def __init__(self, cluster: Cluster, namespace: str, *extra: str):
+        self.cluster = cluster
+        self.port = _free_port()
+        self.liveness = f"http://127.0.0.1:{self.port}/healthz"
+        self.args = [str(BIN), "run", "--namespace", namespace, "--liveness", self.liveness, *extra]
+        self.log = Path(tempfile.mkstemp(prefix="ddp-operator-", suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> OperatorProcess:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            self.args,
+            env=self.cluster.env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Wait until the operator's liveness endpoint answers 200."""
+
+        def ready() -> bool:
+            assert self.proc and self.proc.poll() is None, f"operator exited:\n{self.output()}"
+            try:
+                with urllib.request.urlopen(self.liveness, timeout=1) as resp:
+                    return resp.status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, timeout=timeout, what="the operator's liveness endpoint")
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, as a crash or an OOM kill."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in 10 s."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

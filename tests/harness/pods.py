@@ -1,0 +1,109 @@
+"""Pod lifecycle under test control, on the local cluster's fake (kwok) nodes.
+
+Scheduled pods become Running and stay Running (the ``pod-run`` stage in
+``hack/cluster/manifests/stages.yaml``) until a test ends them, in one of two ways:
+
+* ``finish(..., via="stage")`` annotates the pod ``kwok.ddp-operator.io/exit-code: "<n>"``; the
+  ``pod-finish`` stage then terminates its containers with exit code n (Succeeded for 0, Failed
+  otherwise), as a kubelet would report it;
+* ``finish(..., via="status")`` writes the same terminal status straight to the pod's status
+  subresource (works on any cluster whose node has no kubelet fighting back).
+
+``delete`` deletes a pod (kwok's ``pod-delete`` stage completes the deletion at once) and
+``lose_node`` deletes a Node object, after which the controller manager's pod garbage collector
+removes the pods bound to it, as after a real node loss; ``restore_nodes`` re-registers them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from .cluster import ROOT, Cluster, wait_for
+
+EXIT_CODE_ANNOTATION = "kwok.ddp-operator.io/exit-code"
+NODES_FILE = ROOT / "hack" / "cluster" / "manifests" / "nodes.yaml"
+
+
+def get(cluster: Cluster, ns: str, name: str) -> Any | None:
+    """The pod as a dict, or None."""
+    pods = cluster.core.list_namespaced_pod(ns, field_selector=f"metadata.name={name}")
+    items = cluster.api.sanitize_for_serialization(pods).get("items") or []
+    return items[0] if items else None
+
+
+def list_pods(cluster: Cluster, ns: str, selector: str = "") -> list[dict[str, Any]]:
+    """Pods of a namespace as dicts."""
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=selector)
+    return cluster.api.sanitize_for_serialization(pods).get("items") or []
+
+
+def phase(cluster: Cluster, ns: str, name: str) -> str | None:
+    pod = get(cluster, ns, name)
+    return (pod.get("status") or {}).get("phase") if pod else None
+
+
+def wait_phase(cluster: Cluster, ns: str, name: str, want: str, timeout: float = 60) -> dict:
+    """Wait until the pod is in phase ``want``; return it."""
+    return wait_for(
+        lambda: (
+            (p := get(cluster, ns, name)) and (p.get("status") or {}).get("phase") == want and p
+        ),
+        timeout=timeout,
+        what=f"pod {ns}/{name} to be {want}",
+    )
+
+
+def finish(cluster: Cluster, ns: str, name: str, exit_code: int, via: str = "stage") -> None:
+    """End a Running pod's containers with ``exit_code`` (see the module docstring)."""
+    if via == "stage":
+        cluster.core.patch_namespaced_pod(
+            name, ns, {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}}
+        )
+        return
+    pod = get(cluster, ns, name)
+    assert pod is not None, f"pod {ns}/{name} not found"
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    statuses = [
+        {
+            "name": ct["name"],
+            "image": ct.get("image") or "none",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if exit_code == 0 else "Error",
+                    "startedAt": now,
+                    "finishedAt": now,
+                }
+            },
+        }
+        for ct in pod["spec"]["containers"]
+    ]
+    cluster.core.patch_namespaced_pod_status(
+        name,
+        ns,
+        {
+            "status": {
+                "phase": "Succeeded" if exit_code == 0 else "Failed",
+                "containerStatuses": statuses,
+            }
+        },
+    )
+
+
+def delete(cluster: Cluster, ns: str, name: str) -> None:
+    cluster.core.delete_namespaced_pod(name, ns)
+
+
+def lose_node(cluster: Cluster, node: str) -> None:
+    """Take a node away: delete its Node object."""
+    cluster.core.delete_node(node)
+
+
+def restore_nodes(cluster: Cluster) -> None:
+    """Register the local cluster's fake nodes again (idempotent)."""
+    cluster.kubectl("apply", "-f", str(NODES_FILE))

@@ -1,0 +1,170 @@
+"""Unit tests of the pure builders: a DDPJob in, manifests out."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ddp_operator import builders
+from ddp_operator import constants as c
+from ddp_operator.jobspec import SpecError, resolve
+from harness.cluster import CRD_FILE
+from jobs import ddpjob
+
+
+def env_of(pod: dict) -> dict[str, str]:
+    trainer = pod["spec"]["containers"][builders.trainer_index(pod["spec"])]
+    return {e["name"]: e.get("value") for e in trainer["env"]}
+
+
+def job(**spec):
+    body = ddpjob("train", "ml", **spec)
+    body["metadata"]["uid"] = "uid-1"
+    return resolve(body)
+
+
+def test_env_contract_for_one_process_per_node() -> None:
+    j = job(nodes=3)
+    env = env_of(builders.build_worker_pod(j, 2))
+    assert env["MASTER_ADDR"] == "train-worker-0.train"
+    assert env["MASTER_PORT"] == "29500"
+    assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("3", "2", "1")
+    assert (env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"]) == ("3", "2", "0")
+    assert env["PET_NNODES"] == "3" and env["PET_NODE_RANK"] == "2"
+    assert env["PET_NPROC_PER_NODE"] == "1"
+    assert env["PET_MASTER_ADDR"] == "train-worker-0.train" and env["PET_MASTER_PORT"] == "29500"
+    assert env["DDP_BACKEND"] == "gloo"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["MA_NUM_HOSTS"] == "3" and env["MA_TASK_NAME"] == "worker"
+    assert env["MA_VJ_NAME"] == "train" and env["MA_NUM_GPUS"] == "1"
+    assert (env["VC_TASK_INDEX"], env["VC_WORKER_NUM"]) == ("2", "3")
+    assert (
+        env["VC_WORKER_HOSTS"] == "train-worker-0.train,train-worker-1.train,train-worker-2.train"
+    )
+    # ModelArts scripts build the master's name themselves: it must be worker-0's DNS name.
+    ma_master = f"{env['MA_VJ_NAME']}-{env['MA_TASK_NAME']}-0.{env['MA_VJ_NAME']}"
+    assert ma_master == env["MASTER_ADDR"] == env["VC_WORKER_HOSTS"].split(",")[0]
+    assert "PET_RDZV_BACKEND" not in env
+
+
+def test_gpu_job_gets_nccl_and_world_size_counts_processes() -> None:
+    j = job(nodes=2, accelerator={"resource": "nvidia.com/gpu", "perNode": 8})
+    pod = builders.build_worker_pod(j, 1)
+    env = env_of(pod)
+    assert env["WORLD_SIZE"] == "16" and env["NPROC_PER_NODE"] == "8"
+    assert "RANK" not in env  # per-process ranks come from the launcher
+    assert env["DDP_BACKEND"] == "nccl" and env["MA_NUM_GPUS"] == "8"
+    res = pod["spec"]["containers"][0]["resources"]
+    assert res["limits"]["nvidia.com/gpu"] == "8" and res["requests"]["nvidia.com/gpu"] == "8"
+
+
+def test_ascend_job_gets_hccl_ports_reserved() -> None:
+    j = job(accelerator={"resource": "huawei.com/Ascend910", "perNode": 8, "hcclBasePort": 61000})
+    pod = builders.build_worker_pod(j, 0)
+    env = env_of(pod)
+    assert env["DDP_BACKEND"] == "hccl" and env["HCCL_IF_BASE_PORT"] == "61000"
+    sysctls = pod["spec"]["securityContext"]["sysctls"]
+    assert {"name": "net.ipv4.ip_local_reserved_ports", "value": "61000-61031"} in sysctls
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == "8"
+
+
+def test_pod_shape() -> None:
+    j = job(nodes=2, shmSize="8Gi", schedulerName="volcano", gangScheduling={})
+    pod = builders.build_worker_pod(j, 1, attempt=2)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "train-worker-1" and meta["namespace"] == "ml"
+    assert spec["hostname"] == "train-worker-1" and spec["subdomain"] == "train"
+    assert spec["restartPolicy"] == "Never" and spec["schedulerName"] == "volcano"
+    assert meta["labels"][c.LABEL_JOB] == "train"
+    assert meta["labels"][c.LABEL_INDEX] == "1" and meta["labels"][c.LABEL_ATTEMPT] == "2"
+    owner = meta["ownerReferences"][0]
+    assert owner["kind"] == "DDPJob" and owner["uid"] == "uid-1" and owner["controller"] is True
+    assert {"name": c.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in spec[
+        "volumes"
+    ]
+    assert {"name": c.SHM_VOLUME, "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
+    # gangScheduling present but empty: the job's name is the pod group.
+    assert meta["labels"]["scheduling.x-k8s.io/pod-group"] == "train"
+    assert env_of(pod)["DDP_ATTEMPT"] == "2"
+
+
+def test_trainer_container_is_found_by_name_and_user_env_follows_ours() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "sidecar", "image": "busybox"},
+                {
+                    "name": "trainer",
+                    "image": "t",
+                    "env": [{"name": "ENDPOINT", "value": "$(MASTER_ADDR):$(MASTER_PORT)"}],
+                },
+            ]
+        }
+    }
+    pod = builders.build_worker_pod(job(template=template), 0)
+    sidecar, trainer = pod["spec"]["containers"]
+    assert "env" not in sidecar
+    names = [e["name"] for e in trainer["env"]]
+    assert names.index("MASTER_ADDR") < names.index("ENDPOINT")
+
+
+def test_elastic_job_uses_c10d_rendezvous() -> None:
+    j = job(nodes=3, minNodes=2, maxNodes=4)
+    env0 = env_of(builders.build_worker_pod(j, 0))
+    env1 = env_of(builders.build_worker_pod(j, 1))
+    assert env0["PET_NNODES"] == "2:4"
+    assert env0["PET_RDZV_BACKEND"] == "c10d"
+    assert env0["PET_RDZV_ENDPOINT"] == "train-worker-0.train:29500"
+    assert env0["PET_RDZV_ID"] == "uid-1"
+    assert (env0["PET_RDZV_CONF"], env1["PET_RDZV_CONF"]) == ("is_host=1", "is_host=0")
+
+
+def test_service_is_headless_and_publishes_unready_pods() -> None:
+    svc = builders.build_service(job())
+    assert svc["metadata"]["name"] == "train"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {c.LABEL_JOB: "train"}
+    assert svc["spec"]["ports"][0]["port"] == 29500
+
+
+def test_user_shm_mount_is_respected() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "t",
+                    "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}],
+                }
+            ],
+            "volumes": [{"name": "s", "emptyDir": {}}],
+        }
+    }
+    pod = builders.build_worker_pod(job(template=template), 0)
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["s"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"nodes": 0}, "spec.nodes"),
+        (
+            {"procsPerNode": 3, "accelerator": {"resource": "nvidia.com/gpu", "perNode": 8}},
+            "procsPerNode",
+        ),
+    ],
+)
+def test_resolve_refuses_what_the_crd_refuses(spec: dict, field: str) -> None:
+    with pytest.raises(SpecError, match=field):
+        resolve(ddpjob("j", **spec))
+
+
+def test_reserved_env_names_match_the_crd() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    containers = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["template"]["properties"]["spec"]["properties"]["containers"]
+    rule = containers["x-kubernetes-validations"][0]["rule"]
+    listed = rule[rule.index("[", rule.index(" in ")) + 1 : rule.index("]", rule.index(" in "))]
+    names = [n.strip().strip("'") for n in listed.split(",")]
+    assert names == list(c.RESERVED_ENV)

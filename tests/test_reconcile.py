@@ -1,0 +1,211 @@
+"""Unit tests of the pure planner: observed pods and status in, the next status and actions out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ddp_operator import builders
+from ddp_operator.jobspec import resolve
+from ddp_operator.reconcile import is_true, plan
+from ddp_operator.workers import WorkerPod, observe
+from jobs import ddpjob
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def job(**spec):
+    body = ddpjob("j", "ns", **spec)
+    body["metadata"]["uid"] = "u"
+    return resolve(body)
+
+
+def pods(n: int, phase: str = "Running", attempt: int = 0, **kw) -> list[WorkerPod]:
+    return [WorkerPod(f"j-worker-{i}", i, attempt, phase, uid=f"p{i}", **kw) for i in range(n)]
+
+
+def cond(status: dict, type_: str) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def advance(j, status: dict, observed: list[WorkerPod], now=NOW):
+    p = plan(j, status, observed, now, generation=1)
+    return p, {**status, **p.status}
+
+
+def test_new_job_creates_every_worker_and_sets_start_time() -> None:
+    p = plan(job(nodes=4), {}, [], NOW)
+    assert p.create == [0, 1, 2, 3] and p.delete == []
+    assert p.status["phase"] == "Pending" and p.status["startTime"] == "2026-01-01T00:00:00Z"
+    assert cond(p.status, "Created")["status"] == "False"
+
+
+def test_all_running_sets_created_and_running_with_events() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, [])
+    p, st = advance(j, st, pods(2, "Pending"))
+    assert is_true(st["conditions"], "Created") and not is_true(st["conditions"], "Running")
+    assert [e.reason for e in p.events] == ["WorkersCreated"]
+    p, st = advance(j, st, pods(2))
+    assert st["phase"] == "Running" and st["workers"]["running"] == 2
+    assert [e.reason for e in p.events] == ["AllWorkersRunning"]
+    p, st2 = advance(j, st, pods(2))  # nothing changed: no events, same status
+    assert p.events == [] and st2 == st and p.create == [] and p.delete == []
+
+
+def test_all_workers_exit_zero_is_success() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    p, st = advance(j, st, [*pods(1, "Succeeded"), WorkerPod("j-worker-1", 1, 0, "Running")])
+    assert st["phase"] == "Running"
+    p, st = advance(j, st, pods(2, "Succeeded"))
+    assert st["phase"] == "Succeeded" and st["completionTime"]
+    assert cond(st, "Succeeded")["reason"] == "AllWorkersSucceeded"
+    assert p.delete == []  # nothing left running
+
+
+def test_worker_failure_restarts_the_whole_group() -> None:
+    j = job(nodes=3, backoffLimit=2)
+    _, st = advance(j, {}, pods(3))
+    failed = WorkerPod(
+        "j-worker-1", 1, 0, "Failed", uid="p1", exit_code=3, reason="Error", node="n1"
+    )
+    observed = [pods(3)[0], failed, pods(3)[2]]
+    p, st = advance(j, st, observed)
+    assert st["restarts"] == 1 and st["phase"] == "Restarting"
+    assert sorted(x.name for x in p.delete) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert [e.reason for e in p.events] == ["WorkerFailed"]
+    assert "j-worker-1 exited with code 3" in p.events[0].message
+    assert p.events[0].type == "Warning"
+    # Old pods still terminating: only free names are created, for attempt 1.
+    terminating = [WorkerPod(x.name, x.index, 0, x.phase, deleting=True) for x in observed[:2]]
+    p, st = advance(j, st, terminating)
+    assert p.create == [2] and p.attempt == 1 and p.delete == []
+    # New group up: Restarting clears, Running again.
+    p, st = advance(j, st, pods(3, attempt=1))
+    assert st["phase"] == "Running" and not is_true(st["conditions"], "Restarting")
+    assert cond(st, "Restarting")["reason"] == "Restarted"
+
+
+def test_backoff_limit_exhausted_fails_and_stops_running_workers() -> None:
+    j = job(nodes=2, backoffLimit=1)
+    st = {"restarts": 1}
+    _, st = advance(j, st, pods(2, attempt=1))
+    bad = WorkerPod("j-worker-0", 0, 1, "Failed", uid="a", exit_code=137, reason="OOMKilled")
+    running = WorkerPod("j-worker-1", 1, 1, "Running", uid="b")
+    p, st = advance(j, st, [bad, running])
+    assert st["phase"] == "Failed" and cond(st, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert "exited with code 137 (OOMKilled)" in cond(st, "Failed")["message"]
+    assert [x.name for x in p.delete] == ["j-worker-1"]  # cleanPodPolicy Running
+
+
+def test_deleted_worker_counts_as_failure_once_created() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    p, st = advance(j, st, pods(1))
+    assert st["restarts"] == 1 and "j-worker-1 was deleted" in cond(st, "Restarting")["message"]
+
+
+def test_missing_worker_before_creation_is_just_created() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, [])
+    p, st = advance(j, st, pods(1))
+    assert p.create == [1] and st["restarts"] == 0
+
+
+def test_pod_being_deleted_by_someone_else_is_a_failure() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    evicted = WorkerPod("j-worker-0", 0, 0, "Running", uid="x", deleting=True)
+    p, st = advance(j, st, [evicted, pods(2)[1]])
+    assert st["restarts"] == 1 and "being deleted" in cond(st, "Restarting")["message"]
+
+
+def test_suspend_deletes_pods_and_resume_recreates_them() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    p, st = advance(job(nodes=2, suspend=True), st, pods(2))
+    assert st["phase"] == "Suspended" and len(p.delete) == 2
+    assert [e.reason for e in p.events] == ["Suspended"]
+    p, st = advance(job(nodes=2, suspend=True), st, [])
+    assert p.create == [] and st["phase"] == "Suspended"
+    p, st = advance(j, st, [], now=NOW + timedelta(hours=1))
+    assert p.create == [0, 1] and st["restarts"] == 0
+    assert st["startTime"] == "2026-01-01T01:00:00Z"
+    assert "Resumed" in [e.reason for e in p.events]
+
+
+def test_active_deadline() -> None:
+    j = job(nodes=1, activeDeadlineSeconds=60)
+    p, st = advance(j, {}, [])
+    assert p.requeue_after == 60
+    p, st = advance(j, st, pods(1), now=NOW + timedelta(seconds=30))
+    assert p.requeue_after == 30
+    p, st = advance(j, st, pods(1), now=NOW + timedelta(seconds=61))
+    assert st["phase"] == "Failed" and cond(st, "Failed")["reason"] == "DeadlineExceeded"
+    assert [x.name for x in p.delete] == ["j-worker-0"]
+
+
+def test_ttl_after_finished_deletes_the_job() -> None:
+    j = job(nodes=1, ttlSecondsAfterFinished=10)
+    _, st = advance(j, {}, pods(1))
+    p, st = advance(j, st, pods(1, "Succeeded"))
+    assert p.requeue_after == 10 and not p.delete_job
+    p, st = advance(j, st, pods(1, "Succeeded"), now=NOW + timedelta(seconds=10))
+    assert p.delete_job
+
+
+def test_worker0_success_policy_stops_the_others() -> None:
+    j = job(nodes=2, successPolicy="Worker0")
+    _, st = advance(j, {}, pods(2))
+    p, st = advance(j, st, [pods(1, "Succeeded")[0], WorkerPod("j-worker-1", 1, 0, "Running")])
+    assert st["phase"] == "Succeeded" and [x.name for x in p.delete] == ["j-worker-1"]
+
+
+def test_clean_pod_policy_all_and_none() -> None:
+    for policy, expected in (("All", 2), ("None", 0)):
+        j = job(nodes=2, cleanPodPolicy=policy)
+        _, st = advance(j, {}, pods(2))
+        p, st = advance(j, st, pods(2, "Succeeded"))
+        assert len(p.delete) == expected, policy
+
+
+def test_unschedulable_condition_carries_the_scheduler_message() -> None:
+    j = job(nodes=2)
+    msg = "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."
+    _, st = advance(j, {}, [])
+    p, st = advance(j, st, pods(2, "Pending", unschedulable=msg))
+    c = cond(st, "Unschedulable")
+    assert c["status"] == "True" and msg in c["message"] and "j-worker-0" in c["message"]
+    assert "Unschedulable" in [e.reason for e in p.events]
+    _, st = advance(j, st, pods(2))
+    assert cond(st, "Unschedulable")["status"] == "False"
+
+
+def test_stale_pods_from_an_older_attempt_are_deleted() -> None:
+    j = job(nodes=2)
+    st = {"restarts": 2}
+    old = WorkerPod("j-worker-0", 0, 1, "Running", uid="old")
+    p, _ = advance(j, st, [old])
+    assert [x.uid for x in p.delete] == ["old"] and p.create == [1]
+
+
+def test_observe_reads_exit_code_and_unschedulable_reason() -> None:
+    j = job(nodes=1)
+    pod = builders.build_worker_pod(j, 0, attempt=1)
+    pod["metadata"]["uid"] = "u0"
+    pod["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": "trainer", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+        ],
+    }
+    w = observe(pod)
+    assert w is not None and (w.index, w.attempt, w.exit_code, w.reason) == (0, 1, 3, "Error")
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no"}
+        ],
+    }
+    assert observe(pod).unschedulable == "no"
+    assert observe({"metadata": {"name": "x", "labels": {}}}) is None

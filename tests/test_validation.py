@@ -1,0 +1,118 @@
+"""Bad input is refused by `kubectl apply` itself (schema and CEL), naming the field, and
+nothing is created for a refused job."""
+
+from __future__ import annotations
+
+import pytest
+from harness import jobs
+from harness.cluster import Cluster
+from jobs import ddpjob
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd")]
+
+GPU8 = {"resource": "nvidia.com/gpu", "perNode": 8}
+
+
+def trainer_env(*names: str) -> dict:
+    env = [{"name": n, "value": "x"} for n in names]
+    return {"spec": {"containers": [{"name": "trainer", "image": "t", "env": env}]}}
+
+
+CASES = [
+    ("nodes-zero", {"nodes": 0}, "spec.nodes"),
+    ("negative-backoff", {"backoffLimit": -1}, "spec.backoffLimit"),
+    ("negative-deadline", {"activeDeadlineSeconds": -5}, "spec.activeDeadlineSeconds"),
+    ("negative-ttl", {"ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished"),
+    ("port-high", {"masterPort": 70000}, "spec.masterPort"),
+    ("port-zero", {"masterPort": 0}, "spec.masterPort"),
+    ("procs-word", {"procsPerNode": "many"}, "spec.procsPerNode"),
+    ("procs-zero", {"procsPerNode": 0}, "spec.procsPerNode"),
+    ("procs-vs-gpus", {"procsPerNode": 3, "accelerator": GPU8}, "spec.procsPerNode"),
+    ("procs-over-gpus", {"procsPerNode": 16, "accelerator": GPU8}, "spec.procsPerNode"),
+    (
+        "ascend-procs",
+        {"procsPerNode": 4, "accelerator": {"resource": "huawei.com/Ascend910", "perNode": 8}},
+        "spec.procsPerNode",
+    ),
+    (
+        "ascend-three",
+        {"accelerator": {"resource": "huawei.com/Ascend910", "perNode": 3}},
+        "spec.accelerator.perNode",
+    ),
+    (
+        "gpu-zero",
+        {"accelerator": {"resource": "nvidia.com/gpu", "perNode": 0}},
+        "spec.accelerator.perNode",
+    ),
+    ("hccl-on-cpu", {"backend": "hccl"}, "spec.backend"),
+    ("bad-backend", {"backend": "nvlink"}, "spec.backend"),
+    ("min-over-nodes", {"nodes": 2, "minNodes": 3}, "spec.minNodes"),
+    ("reserved-env", {"template": trainer_env("OK_VAR", "MASTER_ADDR")}, "MASTER_ADDR"),
+    ("reserved-rank", {"template": trainer_env("RANK")}, "RANK"),
+    ("bad-shm", {"shmSize": "lots"}, "spec.shmSize"),
+    ("bad-cleanup", {"cleanPodPolicy": "Sometimes"}, "spec.cleanPodPolicy"),
+]
+
+
+@pytest.mark.parametrize(("name", "spec", "field"), CASES, ids=[c[0] for c in CASES])
+def test_bad_spec_is_refused_naming_the_field(
+    cluster: Cluster, namespace: str, name: str, spec: dict, field: str
+) -> None:
+    result = jobs.apply(cluster, ddpjob(name, namespace, **spec), check=False)
+    assert result.returncode != 0, result.stdout
+    assert field in result.stderr, result.stderr
+    assert jobs.get(cluster, namespace, name) is None
+    assert not cluster.core.list_namespaced_pod(namespace).items
+
+
+def test_name_too_long_for_worker_pod_names(cluster: Cluster, namespace: str) -> None:
+    fits = "a" * 53  # 53 + len("-worker-9") = 62
+    assert jobs.apply(cluster, ddpjob(fits, namespace, nodes=10), check=False).returncode == 0
+    too_long = "b" * 54  # 54 + len("-worker-10") = 64
+    result = jobs.apply(cluster, ddpjob(too_long, namespace, nodes=11), check=False)
+    assert result.returncode != 0 and "metadata.name" in result.stderr, result.stderr
+    assert jobs.get(cluster, namespace, too_long) is None
+
+
+def test_name_must_be_a_dns_label(cluster: Cluster, namespace: str) -> None:
+    result = jobs.apply(cluster, ddpjob("9lives", namespace), check=False)
+    assert result.returncode != 0 and "metadata.name" in result.stderr
+
+
+def test_reserved_names_in_a_sidecar_are_refused_too(cluster: Cluster, namespace: str) -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "trainer", "image": "t"},
+                {"name": "side", "image": "s", "env": [{"name": "WORLD_SIZE", "value": "1"}]},
+            ]
+        }
+    }
+    result = jobs.apply(cluster, ddpjob("side", namespace, template=template), check=False)
+    assert result.returncode != 0 and "WORLD_SIZE" in result.stderr
+
+
+def test_defaults_are_filled_in(cluster: Cluster, namespace: str) -> None:
+    body = ddpjob("defaults", namespace)
+    del body["spec"]["nodes"]
+    jobs.apply(cluster, body)
+    spec = jobs.get(cluster, namespace, "defaults")["spec"]
+    assert spec["nodes"] == 1 and spec["procsPerNode"] == "auto" and spec["backend"] == "auto"
+    assert spec["masterPort"] == 29500 and spec["backoffLimit"] == 3
+    assert spec["cleanPodPolicy"] == "Running" and spec["successPolicy"] == "AllWorkers"
+    assert spec["suspend"] is False
+
+
+def test_shape_of_a_live_job_is_immutable(cluster: Cluster, namespace: str) -> None:
+    jobs.apply(cluster, ddpjob("fixed", namespace, nodes=2, accelerator=GPU8))
+    for change, field in (
+        ({"nodes": 3}, "spec.nodes"),
+        ({"accelerator": {"resource": "nvidia.com/gpu", "perNode": 4}}, "spec.accelerator"),
+        ({"masterPort": 29501}, "spec.masterPort"),
+    ):
+        spec = {"nodes": 2, "accelerator": GPU8, **change}
+        result = jobs.apply(cluster, ddpjob("fixed", namespace, **spec), check=False)
+        assert result.returncode != 0 and field in result.stderr, (change, result.stderr)
+    # What may change: suspend, backoffLimit, deadlines.
+    ok = ddpjob("fixed", namespace, nodes=2, accelerator=GPU8, suspend=True, backoffLimit=5)
+    assert jobs.apply(cluster, ok, check=False).returncode == 0
