@@ -101,7 +101,7 @@ def test_backoff_limit_exhausted_fails_and_stops_running_workers() -> None:
 def test_deleted_worker_counts_as_failure_once_created() -> None:
     j = job(nodes=2)
     _, st = advance(j, {}, pods(2))
-    p, st = advance(j, st, pods(1))
+    _p, st = advance(j, st, pods(1))
     assert st["restarts"] == 1 and "j-worker-1 was deleted" in cond(st, "Restarting")["message"]
 
 
@@ -116,7 +116,7 @@ def test_pod_being_deleted_by_someone_else_is_a_failure() -> None:
     j = job(nodes=2)
     _, st = advance(j, {}, pods(2))
     evicted = WorkerPod("j-worker-0", 0, 0, "Running", uid="x", deleting=True)
-    p, st = advance(j, st, [evicted, pods(2)[1]])
+    _p, st = advance(j, st, [evicted, pods(2)[1]])
     assert st["restarts"] == 1 and "being deleted" in cond(st, "Restarting")["message"]
 
 
