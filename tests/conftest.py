@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from harness.cluster import CRD_FILE, Cluster, connect, disconnect, wait_for
 from harness.operator import OperatorProcess
 

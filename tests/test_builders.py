@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from ddp_operator import builders
 from ddp_operator import constants as c
 from ddp_operator.jobspec import SpecError, resolve
+
 from harness.cluster import CRD_FILE
 from jobs import ddpjob
 
@@ -161,10 +163,10 @@ def test_resolve_refuses_what_the_crd_refuses(spec: dict, field: str) -> None:
 
 def test_reserved_env_names_match_the_crd() -> None:
     crd = yaml.safe_load(CRD_FILE.read_text())
-    containers = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
-        "properties"
-    ]["template"]["properties"]["spec"]["properties"]["containers"]
-    rule = containers["x-kubernetes-validations"][0]["rule"]
-    listed = rule[rule.index("[", rule.index(" in ")) + 1 : rule.index("]", rule.index(" in "))]
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    containers = spec["properties"]["template"]["properties"]["spec"]["properties"]["containers"]
+    env_name = containers["items"]["properties"]["env"]["items"]["properties"]["name"]
+    rule = env_name["x-kubernetes-validations"][0]["rule"]
+    listed = rule[rule.index("[") + 1 : rule.index("]")]
     names = [n.strip().strip("'") for n in listed.split(",")]
     assert names == list(c.RESERVED_ENV)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from harness import pods
 from harness.cluster import ROOT, Cluster, wait_for
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
@@ -165,7 +166,7 @@ def test_deleting_the_job_removes_everything(cluster: Cluster, namespace: str) -
 
 
 def test_ttl_after_finished_deletes_the_job(cluster: Cluster, namespace: str) -> None:
-    jobs.apply(cluster, ddpjob("brief", namespace, nodes=1, ttlSecondsAfterFinished=1))
+    jobs.apply(cluster, ddpjob("brief", namespace, nodes=1, ttlSecondsAfterFinished=3))
     ws = wait_running(cluster, namespace, "brief", 1)
     pods.finish(cluster, namespace, ws[0]["metadata"]["name"], 0)
     jobs.wait_condition(cluster, namespace, "brief", "Succeeded")

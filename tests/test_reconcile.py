@@ -8,6 +8,7 @@ from ddp_operator import builders
 from ddp_operator.jobspec import resolve
 from ddp_operator.reconcile import is_true, plan
 from ddp_operator.workers import WorkerPod, observe
+
 from jobs import ddpjob
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -4,6 +4,7 @@ nothing is created for a refused job."""
 from __future__ import annotations
 
 import pytest
+
 from harness import jobs
 from harness.cluster import Cluster
 from jobs import ddpjob
