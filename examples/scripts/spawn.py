@@ -20,7 +20,10 @@ def worker(local_rank: int, args: argparse.Namespace, nprocs: int) -> None:
     world = args.world_size * nprocs
     backend = os.environ.get("DDP_BACKEND", "gloo")
     dist.init_process_group(
-        backend, init_method=args.init_method, rank=rank, world_size=world,
+        backend,
+        init_method=args.init_method,
+        rank=rank,
+        world_size=world,
         timeout=timedelta(seconds=120),
     )
     value = torch.tensor([float(rank + 1)])
