@@ -1,47 +1,73 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the pinned Go modules beside this script
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kwokctl, helm)
-# into a cache outside the repository, keyed by the content of this folder, and prints the bin dir.
-# A second run with the same pins finds the cache and does nothing.
+# into a cache outside the repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin
+# directory holding all of them. Each tool is cached under a key made of its version, its module
+# files and its build flags, so a clone reuses every build and a change rebuilds only that tool.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
-
-key="$(cd "$here" && cat versions.env build.sh ./*/go.mod ./*/go.sum ./*/*.go 2>/dev/null | sha256sum | cut -c1-12)"
-cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}/cluster-${K8S_VERSION}-${key}"
-bin="$cache/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl helm)
-
-complete() { for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || return 1; done; }
-if complete; then echo "$bin"; exit 0; fi
-
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9
-if complete; then echo "$bin"; exit 0; fi
-
-tmp="$cache/bin.tmp"
-rm -rf "$tmp" && mkdir -p "$tmp"
+root="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
+mkdir -p "$root"
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath"
 log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
 
+# build NAME MODULE_DIR VERSION "LDFLAGS" "TAGS" OUTPUT...: prints the tool's cached directory.
+build() {
+  local name=$1 dir=$2 version=$3 ldflags=$4 tags=$5; shift 5
+  local key out
+  key="$( { cat "$here/$dir"/go.mod "$here/$dir"/go.sum "$here/$dir"/*.go 2>/dev/null; \
+            echo "$version|$ldflags|$tags|$(go env GOVERSION)"; } | sha256sum | cut -c1-12)"
+  out="$root/$name-$version-$key"
+  local missing=0 b
+  for b in "$@"; do [[ -x "$out/$b" ]] || missing=1; done
+  if [[ $missing == 1 ]]; then
+    exec 9>"$root/.$name.lock"
+    flock 9
+    for b in "$@"; do [[ -x "$out/$b" ]] || missing=2; done
+    if [[ $missing == 2 ]]; then
+      log "$name $version"
+      rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+      local target=.
+      [[ -f "$here/$dir/main.go" ]] || target=tool
+      (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target")
+      if [[ -f "$here/$dir/main.go" && "$dir" != "$1" ]]; then mv "$out.tmp/$dir" "$out.tmp/$1"; fi
+      rm -rf "$out" && mv "$out.tmp" "$out"
+    fi
+    exec 9>&-
+  fi
+  echo "$out"
+}
+
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-kv=""
+kube_ld=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kv+=" -X $pkg.gitVersion=${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
-  kv+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  kube_ld+=" -X $pkg.gitVersion=${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
+  kube_ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
+# helm reports the Kubernetes version it was built against (its client-go) to offline templates.
+helm_k8s="$(grep -E '^\s*k8s.io/client-go ' "$here/helm/go.mod" | awk '{print $2}')"
+helm_minor="${helm_k8s#v0.}"; helm_minor="${helm_minor%%.*}"
+helm_ld="-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+helm_ld+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_ld+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=${helm_minor}"
+done
+kwok_ld="-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+kwok_ld+=" -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}"
 
-log "etcd ${ETCD_VERSION}"
-(cd "$here/etcd" && go build -ldflags "-s -w" -o "$tmp/etcd" .)
-log "kwok ${KWOK_VERSION}"
-(cd "$here/kwok" && go build -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" -o "$tmp/" tool)
-log "helm ${HELM_VERSION}"
-(cd "$here/helm" && go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean" -o "$tmp/" tool)
-log "kubernetes ${K8S_VERSION} (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
-(cd "$here/kube" && go build -tags selinux,notest -ldflags "-s -w $kv" -o "$tmp/" tool)
-
-rm -rf "$bin" && mv "$tmp" "$bin"
-log "done: $bin"
+dirs=(
+  "$(build etcd etcd "$ETCD_VERSION" "" "" etcd)"
+  "$(build kwok kwok "$KWOK_VERSION" "$kwok_ld" "" kwok kwokctl)"
+  "$(build helm helm "$HELM_VERSION" "$helm_ld" "" helm)"
+  "$(build kubernetes kube "$K8S_VERSION" "$kube_ld" "selinux,notest" \
+      kube-apiserver kube-controller-manager kube-scheduler kubectl)"
+)
+bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
+if [[ ! -d "$bin" ]]; then
+  mkdir -p "$bin.tmp"
+  for d in "${dirs[@]}"; do ln -sfn "$d"/* "$bin.tmp/"; done
+  mv "$bin.tmp" "$bin" 2>/dev/null || rm -rf "$bin.tmp"
+fi
 echo "$bin"

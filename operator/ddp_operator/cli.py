@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -49,6 +50,13 @@ def parser() -> argparse.ArgumentParser:
         help="peering priority: the highest-priority replica is active",
     )
     run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (0: off)",
+    )
+    run.add_argument(
         "--api-concurrency",
         type=int,
         default=32,
@@ -68,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet=args.quiet,
         log_format=kopf.LogFormat[args.log_format.upper()],
     )
+    if not args.verbose:
+        # kopf logs every handler call; our own lines say what changed.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(
         clusterwide=args.all_namespaces,
         namespaces=args.namespaces or (),
@@ -75,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         peering_name=args.peering,
         priority=args.priority,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(api_concurrency=args.api_concurrency),
+        memo=kopf.Memo(api_concurrency=args.api_concurrency, metrics_port=args.metrics_port),
     )
     return 0
 

@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 
 from . import constants as c
+from . import metrics
 from .kube import Kube, api_client
 from .runner import Runners
 from .workers import observe
@@ -33,10 +34,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.client_timeout = 660
     concurrency = int(memo.get("api_concurrency", 32))
     runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
-    if "on_kube_call" in memo:
-        runners.kube.on_call = memo["on_kube_call"]
-    if "on_pass" in memo:
-        runners.on_pass = memo["on_pass"]
+    if memo.get("metrics_port"):
+        metrics.serve(int(memo["metrics_port"]), runners.phases)
 
 
 @kopf.on.cleanup()

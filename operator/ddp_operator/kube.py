@@ -18,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import constants as c
+from . import metrics
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kube")
-        self.on_call: Callable[[str, int | None], None] = lambda verb, code: None
 
     async def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -53,9 +53,12 @@ class Kube:
                 self._pool, functools.partial(fn, *args, _preload_content=False, **kwargs)
             )
         except ApiException as exc:
-            self.on_call(verb, exc.status)
+            metrics.api_call(verb, exc.status, expected=(NOT_FOUND, CONFLICT))
             raise
-        self.on_call(verb, 200)
+        except Exception:
+            metrics.api_call(verb, None)
+            raise
+        metrics.api_call(verb, 200)
         return result
 
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from . import builders, reconcile
+from . import builders, metrics, reconcile
 from .jobspec import SpecError, resolve
 from .kube import Kube
 from .workers import WorkerPod
@@ -43,7 +43,6 @@ class JobRunner:
         self.pods = pods
         self.status: dict[str, Any] = dict(body.get("status") or {})
         self.wake = asyncio.Event()
-        self.on_pass: Callable[[float, reconcile.Plan], None] = lambda seconds, plan: None
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
     def update(self, body: Mapping[str, Any]) -> None:
@@ -93,16 +92,19 @@ class JobRunner:
             job, self.status, self.pods(self.key), datetime.now(UTC), meta.get("generation", 0)
         )
         await self.execute(job, body, plan)
-        self.on_pass(time.perf_counter() - started, plan)
+        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         return plan.requeue_after
 
     async def execute(self, job: Any, body: Mapping[str, Any], plan: reconcile.Plan) -> None:
         """Carry out a plan: status, Events, deletions, creations, TTL deletion."""
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
+        if plan.attempt > int(self.status.get("restarts") or 0):
+            metrics.GROUP_RESTARTS.inc()
         if changed:
             await self.kube.patch_status(job.namespace, job.name, changed)
             self.status.update(plan.status)
         for event in plan.events:
+            log.info("ddpjob %s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         if plan.delete:
             await asyncio.gather(
@@ -111,7 +113,8 @@ class JobRunner:
         if plan.create:
             await self.kube.create_service(builders.build_service(job))
             pods = [builders.build_worker_pod(job, i, plan.attempt) for i in plan.create]
-            await asyncio.gather(*(self.kube.create_pod(pod) for pod in pods))
+            created = await asyncio.gather(*(self.kube.create_pod(pod) for pod in pods))
+            metrics.PODS_CREATED.inc(sum(created))
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
 
@@ -123,14 +126,14 @@ class Runners:
         self.kube: Kube | None = None
         self.index: Mapping[Key, Iterable[WorkerPod]] = {}
         self._runners: dict[Key, JobRunner] = {}
-        self.on_pass: Callable[[float, reconcile.Plan], None] = lambda seconds, plan: None
 
     def pods(self, key: Key) -> list[WorkerPod]:
         """The job's pods as last observed."""
         return list(self.index.get(key, ()))
 
-    def __len__(self) -> int:
-        return len(self._runners)
+    def phases(self) -> list[str]:
+        """The status phase of every tracked job (for the jobs-by-phase gauge)."""
+        return [r.status.get("phase") or "Pending" for r in self._runners.values()]
 
     def observe(self, key: Key, body: Mapping[str, Any]) -> None:
         """Start the job's loop, or hand it the newest body; a new UID replaces the loop."""
@@ -141,9 +144,7 @@ class Runners:
             return
         if runner is not None:
             runner.task.cancel()
-        runner = JobRunner(key, body, self.kube, self.pods)
-        runner.on_pass = self.on_pass
-        self._runners[key] = runner
+        self._runners[key] = JobRunner(key, body, self.kube, self.pods)
 
     def poke(self, key: Key) -> None:
         """A pod of the job changed."""

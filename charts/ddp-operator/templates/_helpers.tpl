@@ -1,0 +1,99 @@
+{{- define "ddp-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ddp-operator.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "ddp-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ddp-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ddp-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's pod spec; "priority" is set by the caller (active or standby). */}}
+{{- define "ddp-operator.podSpec" -}}
+serviceAccountName: {{ include "ddp-operator.serviceAccountName" .root }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  seccompProfile:
+    type: RuntimeDefault
+containers:
+- name: operator
+  image: "{{ .root.Values.image.repository }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}"
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  args:
+  - run
+  {{- if .root.Values.watchNamespaces }}
+  {{- range .root.Values.watchNamespaces }}
+  - --namespace={{ . }}
+  {{- end }}
+  {{- else }}
+  - --all-namespaces
+  {{- end }}
+  - --liveness=http://0.0.0.0:{{ .root.Values.livenessPort }}/healthz
+  - --log-format={{ .root.Values.logFormat }}
+  - --api-concurrency={{ .root.Values.apiConcurrency }}
+  {{- if .root.Values.metrics.enabled }}
+  - --metrics-port={{ .root.Values.metrics.port }}
+  {{- end }}
+  {{- if .root.Values.standby.enabled }}
+  - --peering={{ include "ddp-operator.fullname" .root }}
+  - --priority={{ .priority }}
+  {{- end }}
+  ports:
+  - {name: healthz, containerPort: {{ .root.Values.livenessPort }}}
+  {{- if .root.Values.metrics.enabled }}
+  - {name: metrics, containerPort: {{ .root.Values.metrics.port }}}
+  {{- end }}
+  livenessProbe:
+    httpGet: {path: /healthz, port: healthz}
+    initialDelaySeconds: 10
+    periodSeconds: 20
+    timeoutSeconds: 5
+    failureThreshold: 3
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: [ALL]
+  resources: {{- toYaml .root.Values.resources | nindent 4 }}
+  volumeMounts:
+  - {name: tmp, mountPath: /tmp}
+volumes:
+- name: tmp
+  emptyDir: {}
+{{- with .root.Values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

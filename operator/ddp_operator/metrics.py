@@ -1,0 +1,56 @@
+"""Prometheus metrics of the operator (served by ``ddp-operator run --metrics-port``)."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PHASES = ("Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+GROUP_RESTARTS = Counter("ddp_operator_group_restarts", "Whole-group restarts the operator started")
+PODS_CREATED = Counter("ddp_operator_pods_created", "Worker pods created")
+API_REQUESTS = Counter(
+    "ddp_operator_api_requests", "API requests made by the operator", ["verb", "code"]
+)
+API_ERRORS = Counter(
+    "ddp_operator_api_errors",
+    "API requests that failed (not counting 404/409 on purpose)",
+    ["verb", "code"],
+)
+RECONCILE_SECONDS = Histogram(
+    "ddp_operator_reconcile_seconds",
+    "Duration of one reconcile pass of one job (plan and writes)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+
+def api_call(verb: str, code: int | None, expected: Iterable[int] = ()) -> None:
+    """Count one API request; errors (>= 400, other than the expected ones) separately."""
+    label = str(code or 0)
+    API_REQUESTS.labels(verb, label).inc()
+    if code is None or (code >= 400 and code not in expected):
+        API_ERRORS.labels(verb, label).inc()
+
+
+class JobsByPhase(Collector):
+    """``ddp_operator_jobs{phase}``: the jobs this operator tracks, by status phase."""
+
+    def __init__(self, phases: Callable[[], Iterable[str]]):
+        self.phases = phases
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = Tally(self.phases())
+        family = GaugeMetricFamily("ddp_operator_jobs", "DDPJobs by phase", labels=["phase"])
+        for phase in sorted(set(PHASES) | set(counts)):
+            family.add_metric([phase], counts.get(phase, 0))
+        yield family
+
+
+def serve(port: int, phases: Callable[[], Iterable[str]]) -> None:
+    """Register the jobs gauge and serve /metrics on ``port`` (all interfaces)."""
+    REGISTRY.register(JobsByPhase(phases))
+    start_http_server(port)

@@ -1,0 +1,213 @@
+"""The Helm chart: lints strictly, renders, installs, and its ServiceAccount is allowed exactly
+what the operator does: it runs a DDPJob to success and through a group restart, and is denied
+everything outside its rules."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from test_operator import wait_running
+
+from harness import jobs, pods
+from harness.cluster import CRD_FILE, ROOT, Cluster, wait_for
+from harness.operator import OperatorProcess
+from jobs import ddpjob
+
+CHART = ROOT / "charts" / "ddp-operator"
+HELM = ROOT / ".cluster" / "bin" / "helm"
+
+
+def helm(cluster: Cluster | None, *args: str) -> subprocess.CompletedProcess:
+    cmd = [str(HELM), *args]
+    if cluster is not None:
+        cmd += ["--kubeconfig", str(cluster.kubeconfig)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True)
+
+
+def render(*sets: str) -> list[dict]:
+    args = ["template", "ddp", str(CHART), "--namespace", "ddp-system"]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(None, *args).stdout) if d]
+
+
+def rules_of(docs: list[dict]) -> list[dict]:
+    return [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+
+
+def test_chart_crd_is_the_crd() -> None:
+    assert (CHART / "crds" / CRD_FILE.name).read_bytes() == CRD_FILE.read_bytes()
+    assert [p.name for p in (CHART / "crds").iterdir()] == [CRD_FILE.name]
+
+
+def test_helm_lint_strict() -> None:
+    out = helm(None, "lint", "--strict", str(CHART)).stdout
+    assert "0 chart(s) failed" in out
+
+
+def test_values_schema_refuses_bad_values() -> None:
+    bad = subprocess.run(
+        [str(HELM), "template", "x", str(CHART), "--set", "apiConcurrency=0"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "apiConcurrency" in bad.stderr
+
+
+@pytest.mark.parametrize("mode", ["cluster", "namespaced"])
+def test_rendered_rbac_is_least_privilege(mode: str) -> None:
+    sets = ["watchNamespaces={team-a,team-b}"] if mode == "namespaced" else []
+    docs = render(*sets)
+    kinds = sorted(d["kind"] for d in docs)
+    if mode == "namespaced":
+        assert kinds.count("Role") == 2 and kinds.count("RoleBinding") == 2
+        roles = [d for d in docs if d["kind"] == "Role"]
+        assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
+        args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+        assert "--namespace=team-a" in args and "--all-namespaces" not in args
+    else:
+        assert "Role" not in kinds and kinds.count("ClusterRole") == 2
+    for rule in rules_of(docs):
+        resources, verbs = set(rule["resources"]), set(rule["verbs"])
+        assert "*" not in resources and "*" not in verbs and "*" not in rule["apiGroups"]
+        assert not resources & {"secrets", "pods/exec", "pods/attach", "configmaps"}
+        assert "impersonate" not in verbs and "escalate" not in verbs and "bind" not in verbs
+        assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
+        if "nodes" in resources:
+            assert verbs <= {"get", "list", "watch"}
+
+
+def test_deployment_is_hardened() -> None:
+    docs = render()
+    deploy = next(d for d in docs if d["kind"] == "Deployment")
+    assert deploy["spec"]["strategy"]["type"] == "Recreate" and deploy["spec"]["replicas"] == 1
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["limits"]["memory"]
+    assert container["image"] == "ddp-operator/operator:0.1.0"
+    assert any(d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics") for d in docs)
+
+
+def test_standby_uses_kopf_peering_with_priorities() -> None:
+    docs = render("standby.enabled=true")
+    deploys = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    args = {n: d["spec"]["template"]["spec"]["containers"][0]["args"] for n, d in deploys.items()}
+    assert "--priority=100" in args["ddp-ddp-operator"]
+    assert "--priority=50" in args["ddp-ddp-operator-standby"]
+    assert all("--peering=ddp-ddp-operator" in a for a in args.values())
+    assert any(d["kind"] == "ClusterKopfPeering" for d in docs)
+
+
+def _sa_kubeconfig(cluster: Cluster, ns: str, sa: str, path: Path) -> Path:
+    token = cluster.core.create_namespaced_service_account_token(
+        sa, ns, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    cfg = cluster.api.configuration
+    ca = Path(cfg.ssl_ca_cert).read_bytes() if cfg.ssl_ca_cert else None
+    cluster_entry: dict = {"server": cfg.host}
+    if ca:
+        cluster_entry["certificate-authority-data"] = base64.b64encode(ca).decode()
+    else:
+        cluster_entry["insecure-skip-tls-verify"] = True
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [{"name": "c", "cluster": cluster_entry}],
+                "users": [{"name": sa, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": sa}}],
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def installed(cluster: Cluster, crd: str, namespace: str) -> Iterator[tuple[str, str]]:
+    """The chart installed in namespaced mode, watching the test's namespace."""
+    release = f"ddp-{uuid.uuid4().hex[:6]}"
+    system = f"{release}-system"
+    helm(
+        cluster,
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        system,
+        "--create-namespace",
+        "--set",
+        f"watchNamespaces={{{namespace}}}",
+        "--wait=false",
+    )
+    try:
+        yield system, f"{release}-ddp-operator"
+    finally:
+        helm(cluster, "uninstall", release, "--namespace", system)
+        cluster.core.delete_namespace(system, propagation_policy="Background")
+
+
+@pytest.mark.cluster
+def test_service_account_runs_a_job_and_is_denied_the_rest(
+    cluster: Cluster, namespace: str, installed: tuple[str, str], tmp_path: Path
+) -> None:
+    system, sa = installed
+    who = f"system:serviceaccount:{system}:{sa}"
+
+    def can_i(*args: str) -> bool:
+        r = cluster.kubectl("auth", "can-i", *args, f"--as={who}", check=False)
+        return r.stdout.strip() == "yes"
+
+    assert can_i("create", "pods", "-n", namespace)
+    assert can_i("patch", "ddpjobs.ddp-operator.io", "--subresource=status", "-n", namespace)
+    for denied in (
+        ("get", "secrets", "-n", namespace),
+        ("list", "secrets", "-A"),
+        ("create", "pods", "-n", "default"),  # outside its namespaces
+        ("patch", "nodes"),
+        ("delete", "nodes"),
+        ("create", "roles.rbac.authorization.k8s.io", "-n", namespace),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+        ("create", "pods", "--subresource=exec", "-n", namespace),
+        ("impersonate", "users"),
+        ("patch", "ddpjobs.ddp-operator.io", "-n", namespace),  # only its status
+    ):
+        assert not can_i(*denied), denied
+
+    kubeconfig = _sa_kubeconfig(cluster, system, sa, tmp_path / "sa.kubeconfig")
+    as_sa = Cluster(kubeconfig, cluster.local, False, cluster.api)
+    op = OperatorProcess(as_sa, namespace).start()
+    try:
+        op.wait_ready()
+        jobs.apply(cluster, ddpjob("rbac", namespace, nodes=2, backoffLimit=1))
+        wait_running(cluster, namespace, "rbac", 2)
+        pods.finish(cluster, namespace, "rbac-worker-1", 5)  # a group restart
+        for w in wait_running(cluster, namespace, "rbac", 2, attempt=1):
+            pods.finish(cluster, namespace, w["metadata"]["name"], 0)
+        job = jobs.wait_condition(cluster, namespace, "rbac", "Succeeded")
+        assert job["status"]["restarts"] == 1
+        wait_for(
+            lambda: any(
+                e["reason"] == "AllWorkersSucceeded"
+                for e in jobs.events(cluster, namespace, "rbac")
+            ),
+            timeout=30,
+            what="the Succeeded event (events are allowed)",
+        )
+    finally:
+        op.stop()
+    log = op.output()
+    assert "403" not in log and "Forbidden" not in log, log
