@@ -55,10 +55,14 @@ up() {
     fi
     if ! healthy; then
       log "creating cluster $name (kube ${KWOK_KUBE_VERSION}, etcd ${KWOK_ETCD_VERSION})"
+      # Every pod's container log is the file .cluster/pod-logs/containers.log (tests write it).
+      mkdir -p "$state/pod-logs" && touch "$state/pod-logs/containers.log"
+      sed "s|@LOGS_FILE@|$state/pod-logs/containers.log|" "$here/manifests/logs.yaml" >"$state/logs.yaml"
       "$state/bin/kwokctl" --name "$name" create cluster \
         --runtime binary \
         --config "$here/kwokctl.yaml" \
         --config "$here/manifests/stages.yaml" \
+        --config "$state/logs.yaml" \
         --kubeconfig "$kubeconfig" \
         --wait 5m >&2
     fi

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ from typing import Any
 import yaml
 
 from . import constants as c
-from . import localrun
+from . import jobview, localrun
+from .builders import trainer_index
 from .jobspec import SpecError, resolve
 
 
@@ -46,9 +48,110 @@ def cmd_local(args: argparse.Namespace) -> int:
     return outcome.exit_status
 
 
+class Api:
+    """The cluster of the current kubeconfig context (KUBECONFIG or --kubeconfig)."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None):
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = next((x for x in contexts if x["name"] == context), active) if context else active
+        self.namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
+
+    def job(self, ns: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, name)
+
+    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        found = self.core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}={name}")
+        items = self.api.sanitize_for_serialization(found).get("items") or []
+        return sorted(items, key=lambda p: int(p["metadata"]["labels"].get(c.LABEL_INDEX, 0)))
+
+
+def _api(args: argparse.Namespace) -> tuple[Api, str]:
+    api = Api(args.kubeconfig, args.context)
+    return api, args.namespace or api.namespace
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    api, ns = _api(args)
+    print(jobview.render_status(api.job(ns, args.name), api.pods(ns, args.name)))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    api, ns = _api(args)
+    api.job(ns, args.name)  # fails clearly if there is no such job
+    pods = api.pods(ns, args.name)
+    if args.worker is not None:
+        pods = [p for p in pods if p["metadata"]["labels"].get(c.LABEL_INDEX) == str(args.worker)]
+        if not pods:
+            raise SpecError(f"{args.name} has no worker {args.worker}")
+    lock = threading.Lock()
+
+    def stream(pod: dict[str, Any]) -> None:
+        index = pod["metadata"]["labels"].get(c.LABEL_INDEX)
+        prefix = "" if args.worker is not None else f"worker-{index} | "
+        container = pod["spec"]["containers"][trainer_index(pod["spec"])]["name"]
+        resp = api.core.read_namespaced_pod_log(
+            pod["metadata"]["name"],
+            ns,
+            container=container,
+            follow=args.follow,
+            tail_lines=args.tail,
+            _preload_content=False,
+        )
+        for raw in resp:
+            for line in raw.decode(errors="replace").splitlines():
+                with lock:
+                    print(f"{prefix}{line}", flush=True)
+
+    threads = [threading.Thread(target=stream, args=(p,), daemon=True) for p in pods]
+    for t in threads:
+        t.start()
+        if not args.follow:
+            t.join()  # one worker after the other, in order
+    for t in threads:
+        t.join()
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    body = load_job(args.file)
+    resolve(body)  # the same checks as the CRD, before the round trip
+    api, ns = _api(args)
+    ns = body["metadata"].get("namespace") or ns
+    created = api.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+    print(f"ddpjob/{created['metadata']['name']} created in {ns}")
+    return 0
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--namespace", default=None, help="namespace (default: the context's)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG)")
+    p.add_argument("--context", default=None, help="kubeconfig context")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="kubectl ddp", description="DDPJob tools for kubectl")
     sub = top.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="a job and one line per worker")
+    status.add_argument("name")
+    _cluster_flags(status)
+    status.set_defaults(func=cmd_status)
+    logs = sub.add_parser("logs", help="the trainer logs of every worker, prefixed, or of one")
+    logs.add_argument("name")
+    logs.add_argument("-w", "--worker", type=int, default=None, help="only this worker index")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep streaming")
+    logs.add_argument("--tail", type=int, default=None, help="last N lines of each worker")
+    _cluster_flags(logs)
+    logs.set_defaults(func=cmd_logs)
+    submit = sub.add_parser("submit", help="create a DDPJob from a manifest file")
+    submit.add_argument("file", help="manifest with a DDPJob ('-' for stdin)")
+    _cluster_flags(submit)
+    submit.set_defaults(func=cmd_submit)
     local = sub.add_parser(
         "local",
         help="run a DDPJob's workers as local processes (real torch, no cluster)",
@@ -64,11 +167,23 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kubectl-ddp`` console script."""
     args = parser().parse_args(argv)
+    from kubernetes.client.exceptions import ApiException
+
     try:
         return args.func(args)
+    except ApiException as exc:
+        print(f"kubectl ddp: {exc.status} {exc.reason}: {_message(exc)}", file=sys.stderr)
+        return 1
     except (SpecError, OSError, ValueError) as exc:
         print(f"kubectl ddp: {exc}", file=sys.stderr)
         return 2
+
+
+def _message(exc: Any) -> str:
+    try:
+        return yaml.safe_load(exc.body).get("message", "")
+    except Exception:
+        return str(exc.body or "")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ class OperatorProcess:
 
     def __init__(self, cluster: Cluster, namespace: str, *extra: str):
         self.cluster = cluster
-        self.port = _free_port()
+        self.port = free_port()
         self.liveness = f"http://127.0.0.1:{self.port}/healthz"
         self.args = [str(BIN), "run", "--namespace", namespace, "--liveness", self.liveness, *extra]
         self.log = Path(tempfile.mkstemp(prefix="ddp-operator-", suffix=".log")[1])
@@ -70,7 +70,8 @@ class OperatorProcess:
         return self.log.read_text(errors="replace")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -1,0 +1,117 @@
+"""`kubectl ddp status | logs | submit` against the cluster: they read what the operator writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from test_operator import wait_running
+
+from ddp_operator import builders, jobview
+from ddp_operator.jobspec import resolve
+
+from harness import jobs, pods
+from harness.cluster import ROOT, Cluster, wait_for
+from jobs import ddpjob
+
+KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
+POD_LOG = ROOT / ".cluster" / "pod-logs" / "containers.log"
+
+
+def ddp(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [KUBECTL_DDP, *args], env=cluster.env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def test_render_status_without_a_cluster() -> None:
+    body = ddpjob("v", "ns", nodes=3)
+    body["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    body["status"] = {
+        "phase": "Pending",
+        "restarts": 1,
+        "conditions": [
+            {"type": "Unschedulable", "status": "True", "message": "1 of 3 workers cannot..."}
+        ],
+    }
+    job = resolve(body)
+    running = builders.build_worker_pod(job, 0, attempt=1)
+    running["spec"]["nodeName"] = "gpu-node-1"
+    running["status"] = {"phase": "Running"}
+    stuck = builders.build_worker_pod(job, 1, attempt=1)
+    stuck["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/8 nodes are available",
+            }
+        ],
+    }
+    text = jobview.render_status(body, [running, stuck], now=datetime(2026, 1, 1, 0, 5, tzinfo=UTC))
+    lines = text.splitlines()
+    assert lines[0] == "ddpjob/v  phase=Pending  nodes=3  restarts=1  age=5m"
+    assert "Unschedulable: 1 of 3 workers cannot..." in lines[1]
+    assert lines[2].split() == ["WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON"]
+    assert lines[3].split() == ["0", "v-worker-0", "Running", "gpu-node-1", "1", "-", "-"]
+    assert lines[4].split()[:5] == ["1", "v-worker-1", "Pending", "-", "1"]
+    assert lines[4].endswith("0/8 nodes are available")
+    assert lines[5].split() == ["2", "-", "NotCreated", "-", "-", "-", "-"]
+
+
+@pytest.mark.cluster
+@pytest.mark.usefixtures("operator")
+def test_status_and_logs_of_a_running_job(cluster: Cluster, namespace: str) -> None:
+    jobs.apply(cluster, ddpjob("cli", namespace, nodes=2, backoffLimit=2))
+    wait_running(cluster, namespace, "cli", 2)
+    pods.finish(cluster, namespace, "cli-worker-1", 4)
+    ws = wait_running(cluster, namespace, "cli", 2, attempt=1)
+    jobs.wait_phase(cluster, namespace, "cli", "Running")
+
+    out = ddp(cluster, "status", "cli", "-n", namespace)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "phase=Running" in lines[0] and "restarts=1" in lines[0]
+    rows = [ln.split() for ln in lines if ln.startswith(("0 ", "1 "))]
+    assert [(r[1], r[2], r[4]) for r in rows] == [
+        ("cli-worker-0", "Running", "1"),
+        ("cli-worker-1", "Running", "1"),
+    ]
+    assert {r[3] for r in rows} == {w["spec"]["nodeName"] for w in ws}
+
+    if cluster.local:  # the local cluster's "kubelet" serves every container log from one file
+        POD_LOG.write_text(
+            "2026-11-21T10:00:00.000000000Z stdout F epoch 1 loss 0.5\n"
+            "2026-11-21T10:00:01.000000000Z stdout F epoch 2 loss 0.1\n"
+        )
+        out = ddp(cluster, "logs", "cli", "-n", namespace)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            "worker-0 | epoch 1 loss 0.5",
+            "worker-0 | epoch 2 loss 0.1",
+            "worker-1 | epoch 1 loss 0.5",
+            "worker-1 | epoch 2 loss 0.1",
+        ]
+        one = ddp(cluster, "logs", "cli", "-n", namespace, "--worker", "1", "--tail", "1")
+        assert one.stdout.splitlines() == ["epoch 2 loss 0.1"]
+
+    missing = ddp(cluster, "status", "nope", "-n", namespace)
+    assert missing.returncode == 1 and "404" in missing.stderr
+
+
+@pytest.mark.cluster
+@pytest.mark.usefixtures("operator")
+def test_submit_creates_the_job(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(ddpjob("sub", namespace, nodes=1)))
+    out = ddp(cluster, "submit", str(manifest))
+    assert out.returncode == 0 and f"ddpjob/sub created in {namespace}" in out.stdout, out.stderr
+    wait_for(lambda: jobs.get(cluster, namespace, "sub"), timeout=10, what="the job")
+    again = ddp(cluster, "submit", str(manifest))
+    assert again.returncode == 1 and "409" in again.stderr
