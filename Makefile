@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo demo-down clean
+.PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
@@ -24,9 +24,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+SHELL_SCRIPTS := $(wildcard hack/*.sh hack/cluster/*.sh) .ci/run
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@if command -v shellcheck >/dev/null; then shellcheck -x $(SHELL_SCRIPTS); \
+	else echo "lint: shellcheck not installed; shell scripts not checked (apt-get install shellcheck)"; fi
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
@@ -50,6 +54,13 @@ cluster-status:
 
 demo: $(STAMP)
 	hack/demo.sh
+
+# For users with Docker: a kind cluster with the images, the chart and kwok's fake nodes.
+kind-up: $(STAMP)
+	hack/kind-up.sh
+
+e2e: $(STAMP)
+	hack/e2e.sh $(PYTEST_ARGS)
 
 clean: cluster-down
 	rm -rf .cluster $(VENV)

@@ -6,7 +6,7 @@
 # files and its build flags, so a clone reuses every build and a change rebuilds only that tool.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
+# shellcheck source=hack/cluster/versions.env
 source "$here/versions.env"
 root="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
 mkdir -p "$root"

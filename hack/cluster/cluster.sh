@@ -30,6 +30,7 @@ link_tools() {
   export KWOK_KUBECTL_BINARY="$bin/kubectl"
   export KWOK_CONTROLLER_BINARY="$bin/kwok"
   export KWOK_ETCD_BINARY="$bin/etcd"
+  # shellcheck source=hack/cluster/versions.env
   source "$here/versions.env"
   export KWOK_KUBE_VERSION="$K8S_VERSION" KWOK_ETCD_VERSION="${ETCD_VERSION#v}"
 }

@@ -1,0 +1,18 @@
+# syntax=docker/dockerfile:1
+# The operator image: `ddp-operator run` as a non-root user; no build tools in the final stage.
+#   docker build -t ddp-operator/operator:0.1.0 .
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir --no-compile /wheels/*.whl && rm -rf /wheels \
+ && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin operator
+USER 10001
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+EXPOSE 8080 9090
+ENTRYPOINT ["ddp-operator", "run"]
+CMD ["--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=9090"]
