@@ -115,8 +115,9 @@ def test_deleted_worker_restarts_group(cluster: Cluster, namespace: str) -> None
     wait_running(cluster, namespace, "del", 2)
     pods.delete(cluster, namespace, "del-worker-1")
     wait_running(cluster, namespace, "del", 2, attempt=1)
-    job = jobs.get(cluster, namespace, "del")
-    assert "del-worker-1" in jobs.condition(job, "Restarting")["message"]
+    failed = [e for e in jobs.events(cluster, namespace, "del") if e["reason"] == "WorkerFailed"]
+    assert len(failed) == 1 and "del-worker-1 was deleted" in failed[0]["message"]
+    assert jobs.get(cluster, namespace, "del")["status"]["restarts"] == 1
 
 
 def test_node_loss_restarts_group(cluster: Cluster, namespace: str) -> None:
