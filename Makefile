@@ -9,12 +9,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e
+.PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
+	bench bench-quick
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
 	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
+	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +56,13 @@ cluster-status:
 
 demo: $(STAMP)
 	hack/demo.sh
+
+# Benchmarks against the local cluster (brought up if needed); see bench/README.md.
+bench: cluster-up
+	$(BIN)/python bench/run.py
+
+bench-quick: cluster-up
+	$(BIN)/python bench/run.py --quick
 
 # For users with Docker: a kind cluster with the images, the chart and kwok's fake nodes.
 kind-up: $(STAMP)

@@ -21,15 +21,34 @@ from .workers import observe
 runners = Runners()
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf computes every event's "essence" (a deep copy) to detect spec changes for
+    create/update handlers; this operator has none (it is level-triggered), so it skips that:
+    a fifth of its CPU under load, measured with py-spy in bench/."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Operator settings: our own annotation prefixes, quiet Events, an API client."""
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
+    # kopf waits this long for more events of the same object before handling them; our job
+    # loops coalesce bursts themselves, so a short window only cuts latency.
+    settings.batching.batch_window = 0.01
+    # kopf keeps a worker task per object while events keep coming; ending them after 0.5 s of
+    # quiet (instead of 5 s) cut the peak RSS of 200 jobs x 4 pods from 174 to 137 MB.
+    settings.batching.idle_timeout = 0.5
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
     concurrency = int(memo.get("api_concurrency", 32))

@@ -38,6 +38,13 @@ def api_client(pool_size: int = 64) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
+def _call_raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Call without deserialising the response, and hand the connection back to the pool."""
+    response = fn(*args, _preload_content=False, **kwargs)
+    response.read()
+    response.release_conn()
+
+
 class Kube:
     """Asynchronous facade over the official client for the few calls the operator makes."""
 
@@ -46,11 +53,11 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kube")
 
-    async def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         loop = asyncio.get_running_loop()
         try:
-            result = await loop.run_in_executor(
-                self._pool, functools.partial(fn, *args, _preload_content=False, **kwargs)
+            await loop.run_in_executor(
+                self._pool, functools.partial(_call_raw, fn, *args, **kwargs)
             )
         except ApiException as exc:
             metrics.api_call(verb, exc.status, expected=(NOT_FOUND, CONFLICT))
@@ -59,7 +66,6 @@ class Kube:
             metrics.api_call(verb, None)
             raise
         metrics.api_call(verb, 200)
-        return result
 
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
         """Create a Service; False if it already exists."""

@@ -1,8 +1,7 @@
 """The reconcile decision, pure: a job, its status and its observed pods in; a Plan out.
 
-The handlers execute a Plan (status first, then Events, deletions, creations) and call
-``plan`` again on the next change. Every decision is derived from what is observed, so a
-restarted operator converges from any point.
+The job loops (``runner``) execute a Plan and call ``plan`` again on the next change. Every
+decision is derived from what is observed, so a restarted operator converges from any point.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Events for a job and its pods only set a flag; the loop coalesces a burst of them into one
 pass. Each pass reads the job and its pods from memory (kopf's watch-fed index), asks the pure
-planner what to do, then writes: status first, then Events, deletions and creations. The loop
-remembers the status it wrote last, so a pass that runs before the watch echoes that write
-back still sees it.
+planner what to do, then writes (see ``JobRunner.execute`` for the order). The loop remembers
+the status it wrote last, so a pass that runs before the watch echoes that write back still
+sees it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 PodSource = Callable[[Key], Iterable[WorkerPod]]
 
-SETTLE_SECONDS = 0.05  # lets a burst of pod events land before a pass
+SETTLE_SECONDS = 0.1  # lets a burst of pod events land before a pass
 MAX_BACKOFF = 60.0
 
 
@@ -96,16 +96,13 @@ class JobRunner:
         return plan.requeue_after
 
     async def execute(self, job: Any, body: Mapping[str, Any], plan: reconcile.Plan) -> None:
-        """Carry out a plan: status, Events, deletions, creations, TTL deletion."""
-        changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
-        if plan.attempt > int(self.status.get("restarts") or 0):
-            metrics.GROUP_RESTARTS.inc()
-        if changed:
-            await self.kube.patch_status(job.namespace, job.name, changed)
-            self.status.update(plan.status)
-        for event in plan.events:
-            log.info("ddpjob %s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        """Carry out a plan. One that removes anything or starts a new attempt records its status
+        (and Events) first, so that a crash half-way can never make its own deletions look like
+        failures; one that only creates pods creates them first and records the status after,
+        which spares a write before the pods exist."""
+        record_first = bool(plan.delete) or plan.delete_job or plan.attempt != self.attempt
+        if record_first:
+            await self.record(job, body, plan)
         if plan.delete:
             await asyncio.gather(
                 *(self.kube.delete_pod(job.namespace, p.name, p.uid) for p in plan.delete)
@@ -115,8 +112,26 @@ class JobRunner:
             pods = [builders.build_worker_pod(job, i, plan.attempt) for i in plan.create]
             created = await asyncio.gather(*(self.kube.create_pod(pod) for pod in pods))
             metrics.PODS_CREATED.inc(sum(created))
+        if not record_first:
+            await self.record(job, body, plan)
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
+
+    @property
+    def attempt(self) -> int:
+        return int(self.status.get("restarts") or 0)
+
+    async def record(self, job: Any, body: Mapping[str, Any], plan: reconcile.Plan) -> None:
+        """Write what changed in the status, then post the plan's Events."""
+        if plan.attempt > self.attempt:
+            metrics.GROUP_RESTARTS.inc()
+        changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
+        if changed:
+            await self.kube.patch_status(job.namespace, job.name, changed)
+            self.status.update(plan.status)
+        for event in plan.events:
+            log.info("ddpjob %s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
 class Runners:
