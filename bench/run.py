@@ -13,6 +13,7 @@ And the operator's peak RSS and CPU seconds over S2 (a fresh operator process ru
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -170,23 +171,32 @@ def our_operator(cluster: Cluster, pattern: str) -> Iterator[subprocess.Popen]:
         stdout=logf,
         stderr=logf,
     )
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            break
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("operator did not start; see bench/results/operator.log")
-        time.sleep(0.2)
     try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc, time.monotonic() + 60, "operator.log")
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         logf.close()
+
+
+def wait_http(url: str, proc: subprocess.Popen, deadline: float, log_name: str) -> None:
+    """Wait until ``url`` answers, failing if the process exits or the deadline passes."""
+    while True:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(url, timeout=1)
+            return
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"{url} did not answer; see bench/results/{log_name}")
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def proc_usage(pid: int) -> tuple[float, float]:
@@ -366,33 +376,24 @@ def peer_operator(cluster: Cluster, binary: str) -> Iterator[subprocess.Popen]:
         stderr=logf,
     )
     deadline = time.monotonic() + 120
-    while True:
-        secret = cluster.core.read_namespaced_secret("training-operator-webhook-cert", "kubeflow")
-        if secret.data and "tls.crt" in secret.data:
-            break
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("peer did not write its certificates; see bench/results/peer.log")
-        time.sleep(0.5)
-    certs.mkdir(parents=True, exist_ok=True)
-    import base64
-
-    for key, value in secret.data.items():
-        (certs / key).write_bytes(base64.b64decode(value))
-    while True:  # ready once its controllers run (the readyz check waits for the certificates)
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{pport}/readyz", timeout=1)
-            break
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("peer did not become ready; see bench/results/peer.log")
-        time.sleep(0.5)
     try:
+        while True:
+            secret = cluster.core.read_namespaced_secret(
+                "training-operator-webhook-cert", "kubeflow"
+            )
+            if secret.data and "tls.crt" in secret.data:
+                break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("peer wrote no certificates; see bench/results/peer.log")
+            time.sleep(0.5)
+        certs.mkdir(parents=True, exist_ok=True)
+        for key, value in secret.data.items():
+            (certs / key).write_bytes(base64.b64decode(value))
+        # Ready once its controllers run: its readyz check waits for the certificates.
+        wait_http(f"http://127.0.0.1:{pport}/readyz", proc, deadline, "peer.log")
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         logf.close()
 
 

@@ -3,8 +3,9 @@
 # examples/cpu-job.yaml taken to Succeeded.
 #
 # On the local cluster the pods are kwok's: nothing runs inside them. The demo then plays the
-# kubelet's part: once every worker is Running it reports each one's exit code 0 (the kwok
-# stage's annotation). On a real cluster the job's container runs and finishes by itself.
+# kubelet's part: once every worker is Running, it runs the job's trainer containers as real
+# PyTorch processes (`kubectl ddp local`, gloo on the CPU) and reports each worker's exit code on
+# its pod (the kwok stage's annotation). On a real cluster the containers run by themselves.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -42,10 +43,16 @@ kubectl -n "$ns" wait --for=condition=Running --timeout=120s "ddpjob/$job"
 kubectl -n "$ns" get ddpjob,pods,svc -o wide
 
 if [[ $local_cluster == 1 ]]; then
-  say "kwok pods run nothing: reporting exit code 0 for each worker, as a kubelet would"
+  say "Running the workers' containers as local PyTorch processes (kubectl ddp local)"
+  set +e
+  .venv/bin/kubectl-ddp local examples/cpu-job.yaml --namespace "$ns"
+  code=$?
+  set -e
+  say "Reporting exit code $code on every worker pod, as a kubelet would"
   for pod in $(kubectl -n "$ns" get pods -l "ddp-operator.io/job-name=$job" -o name); do
-    kubectl -n "$ns" annotate "$pod" kwok.ddp-operator.io/exit-code=0 --overwrite
+    kubectl -n "$ns" annotate "$pod" "kwok.ddp-operator.io/exit-code=$code" --overwrite
   done
+  [[ $code == 0 ]] || { echo "demo: the training exited $code" >&2; exit 1; }
 fi
 
 kubectl -n "$ns" wait --for=condition=Succeeded --timeout=600s "ddpjob/$job"

@@ -15,16 +15,15 @@ import yaml
 from test_operator import wait_running
 
 from harness import jobs, pods
-from harness.cluster import CRD_FILE, ROOT, Cluster, wait_for
+from harness.cluster import CRD_FILE, ROOT, Cluster, tool, wait_for
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
 CHART = ROOT / "charts" / "ddp-operator"
-HELM = ROOT / ".cluster" / "bin" / "helm"
 
 
 def helm(cluster: Cluster | None, *args: str) -> subprocess.CompletedProcess:
-    cmd = [str(HELM), *args]
+    cmd = [tool("helm"), *args]
     if cluster is not None:
         cmd += ["--kubeconfig", str(cluster.kubeconfig)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True)
@@ -53,7 +52,7 @@ def test_helm_lint_strict() -> None:
 
 def test_values_schema_refuses_bad_values() -> None:
     bad = subprocess.run(
-        [str(HELM), "template", "x", str(CHART), "--set", "apiConcurrency=0"],
+        [tool("helm"), "template", "x", str(CHART), "--set", "apiConcurrency=0"],
         capture_output=True,
         text=True,
     )

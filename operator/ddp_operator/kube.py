@@ -67,27 +67,22 @@ class Kube:
             raise
         metrics.api_call(verb, 200)
 
-    async def create_service(self, manifest: Mapping[str, Any]) -> bool:
-        """Create a Service; False if it already exists."""
-        ns = manifest["metadata"]["namespace"]
+    async def _create(self, verb: str, fn: Callable[..., Any], manifest: Mapping[str, Any]) -> bool:
         try:
-            await self._call("create_service", self.core.create_namespaced_service, ns, manifest)
+            await self._call(verb, fn, manifest["metadata"]["namespace"], manifest)
         except ApiException as exc:
             if exc.status == CONFLICT:
                 return False
             raise
         return True
 
+    async def create_service(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a Service; False if it already exists."""
+        return await self._create("create_service", self.core.create_namespaced_service, manifest)
+
     async def create_pod(self, manifest: Mapping[str, Any]) -> bool:
         """Create a pod; False if one of that name exists already."""
-        ns = manifest["metadata"]["namespace"]
-        try:
-            await self._call("create_pod", self.core.create_namespaced_pod, ns, manifest)
-        except ApiException as exc:
-            if exc.status == CONFLICT:
-                return False
-            raise
-        return True
+        return await self._create("create_pod", self.core.create_namespaced_pod, manifest)
 
     async def delete_pod(self, namespace: str, name: str, uid: str | None) -> bool:
         """Delete exactly this pod (UID precondition); False if it is gone or was replaced."""

@@ -7,7 +7,9 @@ session started it, unless ``DDP_KEEP_CLUSTER=1``).
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "hack" / "cluster" / "cluster.sh"
 LOCAL_KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
 CRD_FILE = ROOT / "crds" / "ddpjobs.ddp-operator.io.yaml"
+BUILD_SH = ROOT / "hack" / "cluster" / "build.sh"
 
 T = TypeVar("T")
 
@@ -42,17 +45,12 @@ class Cluster:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
-    @property
-    def kubectl_bin(self) -> str:
-        local = ROOT / ".cluster" / "bin" / "kubectl"
-        return str(local) if local.exists() else "kubectl"
-
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess:
         """Run kubectl against this cluster; output captured as text."""
         return subprocess.run(
-            [self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args],
+            [tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
             capture_output=True,
             text=True,
             check=check,
@@ -63,6 +61,20 @@ class Cluster:
     def env(self) -> dict[str, str]:
         """Environment for subprocesses (the operator, the CLI) that should use this cluster."""
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+
+@functools.cache
+def tool(name: str) -> str:
+    """Path of a pinned tool (kubectl, helm, kwokctl): the local cluster's link if there is
+    one; else, with KUBECONFIG set, the one on PATH; else from the build cache (built if
+    need be)."""
+    linked = ROOT / ".cluster" / "bin" / name
+    if linked.exists():
+        return str(linked)
+    if os.environ.get("KUBECONFIG") and shutil.which(name):
+        return str(shutil.which(name))
+    built = subprocess.run([str(BUILD_SH)], capture_output=True, text=True, check=True).stdout
+    return str(Path(built.strip()) / name)
 
 
 def _local_running() -> bool:
