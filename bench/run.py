@@ -59,6 +59,17 @@ class Cluster:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
+    def kubectl(self, *args: str) -> None:
+        """Run the local cluster's kubectl (kubectl from PATH for another cluster)."""
+        local = ROOT / ".cluster" / "bin" / "kubectl"
+        binary = str(local) if local.exists() else "kubectl"
+        subprocess.run(
+            [binary, "--kubeconfig", self.kubeconfig, *args],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
     def namespace(self, name: str) -> str:
         with contextlib.suppress(client.exceptions.ApiException):
             self.core.create_namespace({"metadata": {"name": name}})
@@ -312,19 +323,7 @@ def peer_operator(cluster: Cluster, binary: str) -> Iterator[subprocess.Popen]:
     )
     version = Path(binary).parent.name.split("-")[2]
     crd = crd / f"github.com/kubeflow/training-operator@{version}/manifests/base/crds"
-    subprocess.run(
-        [
-            str(ROOT / ".cluster/bin/kubectl"),
-            "--kubeconfig",
-            cluster.kubeconfig,
-            "apply",
-            "--server-side",
-            "-f",
-            str(crd / "kubeflow.org_pytorchjobs.yaml"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cluster.kubectl("apply", "--server-side", "-f", str(crd / "kubeflow.org_pytorchjobs.yaml"))
     cluster.namespace("kubeflow")
     with contextlib.suppress(client.exceptions.ApiException):
         cluster.core.create_namespaced_secret(
@@ -463,6 +462,8 @@ def main() -> int:
     s1_nodes, s2_jobs, s3_jobs = (64, 50, 25) if args.quick else (256, 200, 100)
     RESULTS.mkdir(parents=True, exist_ok=True)
     cluster = Cluster()
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/ddpjobs.ddp-operator.io")
     pool = ThreadPoolExecutor(CONCURRENCY)
     res: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
