@@ -81,7 +81,8 @@ class Cluster:
         return name
 
     def drop(self, ns: str, keep: bool = False) -> None:
-        """Delete a namespace (or only its pods and services) and wait until its pods are gone."""
+        """Delete a namespace (or only its jobs, pods and services) and wait until it (or they)
+        are gone, so that the next scenario starts on a quiet cluster."""
         if keep:
             for job in self.custom.list_namespaced_custom_object(
                 "kubeflow.org", "v1", ns, "pytorchjobs"
@@ -97,9 +98,11 @@ class Cluster:
             with contextlib.suppress(client.exceptions.ApiException):
                 self.core.delete_namespace(ns, propagation_policy="Background")
         deadline = time.monotonic() + 180
-        while self.core.list_namespaced_pod(ns, limit=1).items:
+        while self.core.list_namespaced_pod(ns, limit=1).items or (
+            not keep and self.core.list_namespace(field_selector=f"metadata.name={ns}").items
+        ):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"pods of {ns} not gone")
+                raise TimeoutError(f"{ns} not gone")
             time.sleep(0.2)
 
 

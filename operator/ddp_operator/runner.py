@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -70,8 +71,13 @@ class JobRunner:
                 raise
             except Exception as exc:  # retried with backoff; the loop never dies
                 failures += 1
-                delay = min(MAX_BACKOFF, 0.5 * 2**failures)
-                log.warning("ddpjob %s/%s: pass failed (%s); retry in %.1fs", *self.key, exc, delay)
+                backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
+                why = _brief(exc)
+                log.warning(
+                    "ddpjob %s/%s: pass failed (%s); retry in %.1fs", *self.key, why, backoff
+                )
+                await asyncio.sleep(backoff)  # changes seen meanwhile are in the next pass
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=delay)
             await asyncio.sleep(SETTLE_SECONDS)
@@ -132,6 +138,17 @@ class JobRunner:
         for event in plan.events:
             log.info("ddpjob %s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _brief(exc: Exception) -> str:
+    """An exception in one line: the API's status and message rather than its headers."""
+    status, body = getattr(exc, "status", None), getattr(exc, "body", None)
+    if status and body:
+        try:
+            return f"{status}: {json.loads(body).get('message', '')}"
+        except ValueError:
+            return f"{status}: {body[:200]}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 class Runners:
