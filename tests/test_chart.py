@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_operator import wait_running
 
 from harness import jobs, pods
 from harness.cluster import CRD_FILE, ROOT, Cluster, tool, wait_for
+from harness.jobs import wait_running
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_operator import wait_running
 
 from ddp_operator import builders, jobview
 from ddp_operator.jobspec import resolve
 
 from harness import jobs, pods
 from harness.cluster import ROOT, Cluster, wait_for
+from harness.jobs import wait_running
 from jobs import ddpjob
 
 KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")

@@ -7,10 +7,10 @@ import urllib.request
 import uuid
 
 import pytest
-from test_operator import wait_running
 
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
+from harness.jobs import wait_running
 from harness.operator import OperatorProcess, free_port
 from jobs import ddpjob
 

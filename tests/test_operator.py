@@ -6,32 +6,11 @@ import pytest
 
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
+from harness.jobs import wait_running, workers
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
-
-SELECTOR = "ddp-operator.io/job-name={}"
-
-
-def workers(cluster: Cluster, ns: str, job: str) -> list[dict]:
-    found = pods.list_pods(cluster, ns, SELECTOR.format(job))
-    return sorted(found, key=lambda p: int(p["metadata"]["labels"]["ddp-operator.io/worker-index"]))
-
-
-def wait_running(cluster: Cluster, ns: str, job: str, n: int, attempt: int = 0, timeout=60):
-    def probe():
-        ws = [w for w in workers(cluster, ns, job) if not w["metadata"].get("deletionTimestamp")]
-        ok = len(ws) == n and all(
-            w["status"].get("phase") == "Running"
-            and w["metadata"]["labels"]["ddp-operator.io/attempt"] == str(attempt)
-            for w in ws
-        )
-        return ws if ok else None
-
-    return wait_for(
-        probe, timeout=timeout, what=f"{n} running workers of {job} (attempt {attempt})"
-    )
 
 
 def env(pod: dict) -> dict[str, str]:

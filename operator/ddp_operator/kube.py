@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,8 +18,6 @@ from kubernetes.client.exceptions import ApiException
 
 from . import constants as c
 from . import metrics
-
-log = logging.getLogger(__name__)
 
 CONFLICT = 409
 NOT_FOUND = 404

@@ -165,9 +165,11 @@ class LocalRun:
             self.out.write(line + "\n")
             self.out.flush()
 
-    def start(self, specs: Sequence[WorkerProcess], prefix_for: Any) -> None:
+    def start(self, specs: Sequence[WorkerProcess], hosts: Path | None) -> None:
+        """Start every worker; with ``hosts``, each in its own namespaces using that file."""
         for spec in specs:
-            argv = [*prefix_for(spec), *spec.argv]
+            prefix = isolation_argv(hosts, spec.name) if hosts else []
+            argv = [*prefix, *spec.argv]
             proc = subprocess.Popen(
                 argv,
                 env=spec.env,
@@ -239,9 +241,8 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ddp-local-") as tmp:
         hosts = Path(tmp) / "hosts"
         hosts.write_text(hosts_file(job))
-        if isolation_works(hosts):
-            prefix = lambda spec: isolation_argv(hosts, spec.name)  # noqa: E731
-        else:
+        isolated = isolation_works(hosts)
+        if not isolated:
             runner.say(
                 "warning: cannot create mount/UTS namespaces here; worker DNS names in env and "
                 "args are rewritten to loopback addresses (scripts that build names themselves "
@@ -249,7 +250,6 @@ def run(
             )
             for spec in specs:
                 rewrite_hosts(spec, job)
-            prefix = lambda spec: []  # noqa: E731
         previous = signal.getsignal(signal.SIGINT)
 
         def interrupted(signum: int, frame: Any) -> None:
@@ -260,7 +260,7 @@ def run(
             signal.signal(signal.SIGINT, interrupted)
             signal.signal(signal.SIGTERM, interrupted)
         try:
-            runner.start(specs, prefix)
+            runner.start(specs, hosts if isolated else None)
             return runner.wait()
         finally:
             runner.stop_all()

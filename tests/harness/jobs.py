@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from . import pods
 from .cluster import Cluster, wait_for
 
 GROUP, VERSION, PLURAL = "ddp-operator.io", "v1alpha1", "ddpjobs"
@@ -60,3 +61,28 @@ def events(cluster: Cluster, ns: str, name: str) -> list[dict[str, Any]]:
     )
     out = cluster.api.sanitize_for_serialization(evs)["items"]
     return sorted(out, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+def workers(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
+    """The job's worker pods, by worker index."""
+    found = pods.list_pods(cluster, ns, f"ddp-operator.io/job-name={job}")
+    return sorted(found, key=lambda p: int(p["metadata"]["labels"]["ddp-operator.io/worker-index"]))
+
+
+def wait_running(
+    cluster: Cluster, ns: str, job: str, n: int, attempt: int = 0, timeout: float = 60
+) -> list[dict[str, Any]]:
+    """Wait until exactly ``n`` live workers of the given attempt are Running; return them."""
+
+    def probe() -> list[dict[str, Any]] | None:
+        ws = [w for w in workers(cluster, ns, job) if not w["metadata"].get("deletionTimestamp")]
+        ok = len(ws) == n and all(
+            w["status"].get("phase") == "Running"
+            and w["metadata"]["labels"]["ddp-operator.io/attempt"] == str(attempt)
+            for w in ws
+        )
+        return ws if ok else None
+
+    return wait_for(
+        probe, timeout=timeout, what=f"{n} running workers of {job} (attempt {attempt})"
+    )
