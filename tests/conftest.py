@@ -17,7 +17,8 @@ import pytest
 from harness.cluster import CRD_FILE, Cluster, connect, disconnect, wait_for
 from harness.operator import OperatorProcess
 
-TEST_NS_PREFIX = "ddpt-"
+# Per test session, so that sessions sharing one cluster (and their operators) never meet.
+TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,7 +57,7 @@ def crd(cluster: Cluster) -> str:
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
     """A fresh namespace, deleted after the test."""
-    name = f"{TEST_NS_PREFIX}{uuid.uuid4().hex[:8]}"
+    name = f"{TEST_NS_PREFIX}{uuid.uuid4().hex[:6]}"
     cluster.core.create_namespace({"metadata": {"name": name}})
     # The namespace's default ServiceAccount must exist before pods can be created in it.
     wait_for(
