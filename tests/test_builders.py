@@ -170,3 +170,24 @@ def test_reserved_env_names_match_the_crd() -> None:
     listed = rule[rule.index("[") + 1 : rule.index("]")]
     names = [n.strip().strip("'") for n in listed.split(",")]
     assert names == list(c.RESERVED_ENV)
+
+
+def test_workers_leave_a_lost_node_after_a_bounded_grace_unless_the_template_says() -> None:
+    pod = builders.build_worker_pod(resolve(ddpjob("t", nodes=1)), 0)
+    tol = {t["key"]: t for t in pod["spec"]["tolerations"]}
+    for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
+        assert tol[key]["effect"] == "NoExecute" and tol[key]["tolerationSeconds"] == 30
+    own = {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 5,
+    }
+    body = ddpjob("t", nodes=1)
+    body["spec"]["template"]["spec"]["tolerations"] = [own]
+    tol = builders.build_worker_pod(resolve(body), 0)["spec"]["tolerations"]
+    assert own in tol and len([t for t in tol if t["key"] == own["key"]]) == 1
+    body["spec"]["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
+    assert builders.build_worker_pod(resolve(body), 0)["spec"]["tolerations"] == [
+        {"operator": "Exists"}
+    ]

@@ -47,7 +47,9 @@ def test_every_status_field_the_operator_writes_is_declared() -> None:
     """Undeclared status fields would be pruned by the API server."""
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     job = resolve(ddpjob("j", nodes=1))
-    status = plan(job, {}, [WorkerPod("j-worker-0", 0, 0, "Running")], datetime.now(UTC)).status
+    status = plan(
+        job, {}, [WorkerPod("j-worker-0", 0, 0, "Running", owner_uid="")], datetime.now(UTC)
+    ).status
     assert set(status) <= set(schema["properties"])
     assert set(status["workers"]) <= set(schema["properties"]["workers"]["properties"])
     cond_fields = set(schema["properties"]["conditions"]["items"]["properties"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from ddp_operator.jobspec import resolve
 from harness import jobs, pods
 from harness.cluster import ROOT, Cluster, wait_for
 from harness.jobs import wait_running
+from harness.operator import free_port
 from jobs import ddpjob
 
 KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
@@ -115,3 +117,60 @@ def test_submit_creates_the_job(cluster: Cluster, namespace: str, tmp_path: Path
     wait_for(lambda: jobs.get(cluster, namespace, "sub"), timeout=10, what="the job")
     again = ddp(cluster, "submit", str(manifest))
     assert again.returncode == 1 and "409" in again.stderr
+
+
+def one_line_failure(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    """The command failed with ``code`` and said so in one line, naming ``words``."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kubectl ddp: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def run_ddp(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([KUBECTL_DDP, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_unreachable_cluster_and_missing_kubeconfig_fail_in_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    server = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    one_line_failure(run_ddp("status", "j", env=env), 1, "cannot reach the cluster", server)
+    env["KUBECONFIG"] = str(tmp_path / "missing")
+    one_line_failure(run_ddp("status", "j", env=env), 1, "no usable kubeconfig")
+
+
+def test_bad_manifests_fail_in_one_line(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("kind: DDPJob\nspec: [unclosed\n")
+    one_line_failure(run_ddp("submit", str(bad_yaml), env=env), 2, "not valid YAML")
+    no_resource = ddpjob("j", nodes=2, accelerator={"perNode": 2})
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(no_resource))
+    one_line_failure(run_ddp("submit", str(broken), env=env), 2, "not a valid DDPJob")
+    other = tmp_path / "other.yaml"
+    other.write_text("kind: ConfigMap\n")
+    one_line_failure(run_ddp("submit", str(other), env=env), 2, "no DDPJob found")
+    one_line_failure(run_ddp("local", str(tmp_path / "nope.yaml"), env=env), 2, "nope.yaml")
+
+
+@pytest.mark.cluster
+def test_a_missing_job_fails_in_one_line(cluster: Cluster, namespace: str) -> None:
+    for verb in ("status", "logs"):
+        result = ddp(cluster, verb, "nope", "-n", namespace)
+        one_line_failure(result, 1, "404", '"nope" not found')

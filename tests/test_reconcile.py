@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 from ddp_operator import builders
+from ddp_operator.conditions import is_true
+from ddp_operator.failures import Failure
 from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import is_true, plan
+from ddp_operator.reconcile import plan
 from ddp_operator.workers import WorkerPod, observe
 
 from jobs import ddpjob
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+own = functools.partial(WorkerPod, owner_uid="u")  # a pod the job "u" controls
 
 
 def job(**spec):
@@ -21,15 +25,15 @@ def job(**spec):
 
 
 def pods(n: int, phase: str = "Running", attempt: int = 0, **kw) -> list[WorkerPod]:
-    return [WorkerPod(f"j-worker-{i}", i, attempt, phase, uid=f"p{i}", **kw) for i in range(n)]
+    return [own(f"j-worker-{i}", i, attempt, phase, uid=f"p{i}", **kw) for i in range(n)]
 
 
 def cond(status: dict, type_: str) -> dict:
     return next(c for c in status["conditions"] if c["type"] == type_)
 
 
-def advance(j, status: dict, observed: list[WorkerPod], now=NOW):
-    p = plan(j, status, observed, now, generation=1)
+def advance(j, status: dict, observed: list[WorkerPod], now=NOW, failure=None):
+    p = plan(j, status, observed, now, generation=1, failure=failure)
     return p, {**status, **p.status}
 
 
@@ -56,7 +60,7 @@ def test_all_running_sets_created_and_running_with_events() -> None:
 def test_all_workers_exit_zero_is_success() -> None:
     j = job(nodes=2)
     _, st = advance(j, {}, pods(2))
-    p, st = advance(j, st, [*pods(1, "Succeeded"), WorkerPod("j-worker-1", 1, 0, "Running")])
+    p, st = advance(j, st, [*pods(1, "Succeeded"), own("j-worker-1", 1, 0, "Running")])
     assert st["phase"] == "Running"
     p, st = advance(j, st, pods(2, "Succeeded"))
     assert st["phase"] == "Succeeded" and st["completionTime"]
@@ -67,9 +71,7 @@ def test_all_workers_exit_zero_is_success() -> None:
 def test_worker_failure_restarts_the_whole_group() -> None:
     j = job(nodes=3, backoffLimit=2)
     _, st = advance(j, {}, pods(3))
-    failed = WorkerPod(
-        "j-worker-1", 1, 0, "Failed", uid="p1", exit_code=3, reason="Error", node="n1"
-    )
+    failed = own("j-worker-1", 1, 0, "Failed", uid="p1", exit_code=3, reason="Error", node="n1")
     observed = [pods(3)[0], failed, pods(3)[2]]
     p, st = advance(j, st, observed)
     assert st["restarts"] == 1 and st["phase"] == "Restarting"
@@ -78,7 +80,7 @@ def test_worker_failure_restarts_the_whole_group() -> None:
     assert "j-worker-1 exited with code 3" in p.events[0].message
     assert p.events[0].type == "Warning"
     # Old pods still terminating: only free names are created, for attempt 1.
-    terminating = [WorkerPod(x.name, x.index, 0, x.phase, deleting=True) for x in observed[:2]]
+    terminating = [own(x.name, x.index, 0, x.phase, deleting=True) for x in observed[:2]]
     p, st = advance(j, st, terminating)
     assert p.create == [2] and p.attempt == 1 and p.delete == []
     # New group up: Restarting clears, Running again.
@@ -91,8 +93,8 @@ def test_backoff_limit_exhausted_fails_and_stops_running_workers() -> None:
     j = job(nodes=2, backoffLimit=1)
     st = {"restarts": 1}
     _, st = advance(j, st, pods(2, attempt=1))
-    bad = WorkerPod("j-worker-0", 0, 1, "Failed", uid="a", exit_code=137, reason="OOMKilled")
-    running = WorkerPod("j-worker-1", 1, 1, "Running", uid="b")
+    bad = own("j-worker-0", 0, 1, "Failed", uid="a", exit_code=137, reason="OOMKilled")
+    running = own("j-worker-1", 1, 1, "Running", uid="b")
     p, st = advance(j, st, [bad, running])
     assert st["phase"] == "Failed" and cond(st, "Failed")["reason"] == "BackoffLimitExceeded"
     assert "exited with code 137 (OOMKilled)" in cond(st, "Failed")["message"]
@@ -116,7 +118,7 @@ def test_missing_worker_before_creation_is_just_created() -> None:
 def test_pod_being_deleted_by_someone_else_is_a_failure() -> None:
     j = job(nodes=2)
     _, st = advance(j, {}, pods(2))
-    evicted = WorkerPod("j-worker-0", 0, 0, "Running", uid="x", deleting=True)
+    evicted = own("j-worker-0", 0, 0, "Running", uid="x", deleting=True)
     _p, st = advance(j, st, [evicted, pods(2)[1]])
     assert st["restarts"] == 1 and "being deleted" in cond(st, "Restarting")["message"]
 
@@ -158,7 +160,7 @@ def test_ttl_after_finished_deletes_the_job() -> None:
 def test_worker0_success_policy_stops_the_others() -> None:
     j = job(nodes=2, successPolicy="Worker0")
     _, st = advance(j, {}, pods(2))
-    p, st = advance(j, st, [pods(1, "Succeeded")[0], WorkerPod("j-worker-1", 1, 0, "Running")])
+    p, st = advance(j, st, [pods(1, "Succeeded")[0], own("j-worker-1", 1, 0, "Running")])
     assert st["phase"] == "Succeeded" and [x.name for x in p.delete] == ["j-worker-1"]
 
 
@@ -185,7 +187,7 @@ def test_unschedulable_condition_carries_the_scheduler_message() -> None:
 def test_stale_pods_from_an_older_attempt_are_deleted() -> None:
     j = job(nodes=2)
     st = {"restarts": 2}
-    old = WorkerPod("j-worker-0", 0, 1, "Running", uid="old")
+    old = own("j-worker-0", 0, 1, "Running", uid="old")
     p, _ = advance(j, st, [old])
     assert [x.uid for x in p.delete] == ["old"] and p.create == [1]
 
@@ -210,3 +212,133 @@ def test_observe_reads_exit_code_and_unschedulable_reason() -> None:
     }
     assert observe(pod).unschedulable == "no"
     assert observe({"metadata": {"name": "x", "labels": {}}}) is None
+
+
+# Ownership: only pods the job controls count; the rest are reported, never used or deleted.
+
+
+def foreign(name: str, index: int, phase: str = "Succeeded", owner: str | None = None, **kw):
+    uid = "old" if owner else None
+    return WorkerPod(name, index, 0, phase, uid=f"f{index}", owner_uid=uid, owner=owner, **kw)
+
+
+def test_pods_of_an_earlier_job_of_the_same_name_never_count() -> None:
+    j = job(nodes=2)
+    old = [foreign(f"j-worker-{i}", i, owner="DDPJob/j (uid old)") for i in range(2)]
+    p, st = advance(j, {}, old)
+    assert st["phase"] == "Pending" and p.create == [] and p.delete == []
+    blocked = cond(st, "Blocked")
+    assert blocked["status"] == "True" and blocked["reason"] == "WaitingForPreviousJob"
+    assert "pod j-worker-0" in blocked["message"] and "DDPJob/j (uid old)" in blocked["message"]
+    assert [e.reason for e in p.events] == ["WaitingForPreviousJob"]
+    # The old pods go: the job creates its own and the condition clears.
+    p, st = advance(j, st, [])
+    assert p.create == [0, 1] and cond(st, "Blocked")["status"] == "False"
+
+
+def test_a_foreign_pod_with_a_worker_name_is_reported_and_left_alone() -> None:
+    j = job(nodes=2)
+    stranger = foreign("j-worker-1", 1, "Running")
+    p, st = advance(j, {}, [stranger])
+    assert p.create == [0] and p.delete == [] and p.force_delete == []
+    blocked = cond(st, "Blocked")
+    assert blocked["reason"] == "NameConflict" and "pod j-worker-1" in blocked["message"]
+    assert "no controller" in blocked["message"]
+
+
+def test_transient_failure_blocks_then_clears() -> None:
+    j = job(nodes=2)
+    quota = Failure(False, "QuotaExceeded", "creating pod j-worker-0: exceeded quota: q")
+    p, st = advance(j, {}, [])
+    p, st = advance(j, st, [], failure=quota)
+    assert p.create == [0, 1]  # retried
+    blocked = cond(st, "Blocked")
+    assert (blocked["status"], blocked["reason"]) == ("True", "QuotaExceeded")
+    assert "exceeded quota" in blocked["message"] and st["phase"] == "Pending"
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "QuotaExceeded")]
+    p, st = advance(j, st, pods(2, "Pending"))
+    assert cond(st, "Blocked")["status"] == "False"
+
+
+def test_permanent_failure_fails_the_job_at_once() -> None:
+    j = job(nodes=2)
+    bad = Failure(True, "InvalidPodTemplate", "spec.containers[0].image: Required value")
+    p, st = advance(j, {}, [], failure=bad)
+    assert st["phase"] == "Failed" and p.create == []
+    failed = cond(st, "Failed")
+    assert failed["reason"] == "InvalidPodTemplate" and "image: Required" in failed["message"]
+
+
+# Terminating pods: lost nodes are force-deleted; finalizers are named.
+
+GONE = "2025-12-31T23:59:00Z"  # a deletionTimestamp a minute before NOW
+
+
+def test_worker_lost_with_its_node_restarts_the_group_and_is_force_deleted() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    lost = own(
+        "j-worker-1",
+        1,
+        0,
+        "Running",
+        uid="p1",
+        node="n1",
+        deleting=True,
+        deletion_time="2026-01-01T00:00:20Z",
+        node_lost="Taint manager: deleting due to NoExecute",
+    )
+    p, st = advance(j, st, [pods(1)[0], lost])
+    assert st["restarts"] == 1 and [x.name for x in p.delete] == ["j-worker-0"]
+    assert [x.name for x in p.force_delete] == ["j-worker-1"]
+    assert "j-worker-1 was lost with its node n1" in cond(st, "Restarting")["message"]
+
+
+def test_terminating_pods_past_their_grace_are_forced_or_named() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    _, st = advance(j, st, [pods(1)[0], own("j-worker-1", 1, 0, "Failed", uid="p1", exit_code=1)])
+    assert st["restarts"] == 1
+    no_kubelet = own("j-worker-0", 0, 0, "Running", uid="p0", deleting=True, deletion_time=GONE)
+    held = own(
+        "j-worker-1",
+        1,
+        0,
+        "Failed",
+        uid="p1",
+        deleting=True,
+        deletion_time=GONE,
+        finalizers=("example.com/hold",),
+    )
+    p, st = advance(j, st, [no_kubelet, held])
+    assert [x.name for x in p.force_delete] == ["j-worker-0"] and p.create == []
+    blocked = cond(st, "Blocked")
+    assert blocked["reason"] == "PodStuckTerminating" and "example.com/hold" in blocked["message"]
+    assert "j-worker-1" in blocked["message"] and "j-worker-0" not in blocked["message"]
+    # Within its grace, a terminating pod is neither forced nor named: a re-check is due.
+    fresh = own(
+        "j-worker-0", 0, 0, "Running", uid="p0", deleting=True, deletion_time="2026-01-01T00:00:10Z"
+    )
+    p, st2 = advance(j, st, [fresh])
+    assert p.force_delete == [] and cond(st2, "Blocked")["status"] == "False"
+    assert p.requeue_after == 25.0
+
+
+def test_observe_reads_owner_finalizers_and_node_loss() -> None:
+    pod = builders.build_worker_pod(job(nodes=1), 0)
+    pod["metadata"].update(finalizers=["example.com/hold"], deletionTimestamp=GONE)
+    pod["status"] = {
+        "phase": "Running",
+        "conditions": [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint",
+            }
+        ],
+    }
+    w = observe(pod)
+    assert (w.owner_uid, w.owner) == ("u", "DDPJob/j (uid u)")
+    assert w.finalizers == ("example.com/hold",) and w.deletion_time == GONE and w.deleting
+    assert w.node_lost == "Taint manager: deleting due to NoExecute taint"

@@ -171,6 +171,23 @@ def _add_hccl_ports(pod_spec: dict[str, Any], job: JobSpec) -> None:
         sysctls.append({"name": key, "value": f"{base}-{base + c.HCCL_PORT_COUNT - 1}"})
 
 
+def _add_node_lost_tolerations(pod_spec: dict[str, Any]) -> None:
+    tolerations = pod_spec.setdefault("tolerations", [])
+    if any(not t.get("key") and t.get("operator") == "Exists" for t in tolerations):
+        return  # the template tolerates every taint: its choice
+    have = {t.get("key") for t in tolerations}
+    for key in c.NODE_LOST_TAINTS:
+        if key not in have:
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": c.NODE_LOST_GRACE_SECONDS,
+                }
+            )
+
+
 def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     """Pod ``<job>-worker-<index>`` of the given restart attempt."""
     template = copy.deepcopy(dict(job.template))
@@ -203,6 +220,7 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     _add_resources(trainer, job)
     _add_shm(pod_spec, trainer, job)
     _add_hccl_ports(pod_spec, job)
+    _add_node_lost_tolerations(pod_spec)
 
     metadata: Manifest = {
         "name": name,

@@ -75,6 +75,12 @@ RESERVED_ENV = (
     "HCCL_IF_BASE_PORT",
 )
 
+# A worker whose node stops answering is evicted this long after the node is marked unreachable
+# or not ready (NoExecute taints; Kubernetes' default is 300 s); the group then restarts
+# elsewhere. A template that tolerates these taints itself keeps its own values.
+NODE_LOST_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+NODE_LOST_GRACE_SECONDS = 30
+
 # Condition types written to status.conditions.
 COND_CREATED = "Created"
 COND_RUNNING = "Running"
@@ -83,6 +89,7 @@ COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 COND_SUSPENDED = "Suspended"
 COND_UNSCHEDULABLE = "Unschedulable"
+COND_BLOCKED = "Blocked"
 
 # Success and clean-up policies.
 SUCCESS_ALL_WORKERS = "AllWorkers"

@@ -57,6 +57,11 @@ class JobSpec:
     gang: Mapping[str, Any] | None = None
 
     @property
+    def kind_name(self) -> str:
+        """``DDPJob/<name>``, as owner references are described."""
+        return f"{c.KIND}/{self.name}"
+
+    @property
     def elastic(self) -> bool:
         return self.min_nodes is not None or self.max_nodes is not None
 

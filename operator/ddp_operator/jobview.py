@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import constants as c
-from .reconcile import parse_time
+from .conditions import parse_time
 from .workers import observe
 
 

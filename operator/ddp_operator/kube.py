@@ -64,9 +64,11 @@ class Kube:
             raise
         metrics.api_call(verb, 200)
 
-    async def _create(self, verb: str, fn: Callable[..., Any], manifest: Mapping[str, Any]) -> bool:
+    async def _create(
+        self, verb: str, fn: Callable[..., Any], manifest: Mapping[str, Any], **kwargs: Any
+    ) -> bool:
         try:
-            await self._call(verb, fn, manifest["metadata"]["namespace"], manifest)
+            await self._call(verb, fn, manifest["metadata"]["namespace"], manifest, **kwargs)
         except ApiException as exc:
             if exc.status == CONFLICT:
                 return False
@@ -74,21 +76,50 @@ class Kube:
         return True
 
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
-        """Create a Service; False if it already exists."""
+        """Create a Service; False if one of that name exists already."""
         return await self._create("create_service", self.core.create_namespaced_service, manifest)
 
-    async def create_pod(self, manifest: Mapping[str, Any]) -> bool:
-        """Create a pod; False if one of that name exists already."""
-        return await self._create("create_pod", self.core.create_namespaced_pod, manifest)
+    async def create_pod(self, manifest: Mapping[str, Any], dry_run: bool = False) -> bool:
+        """Create a pod (or only let the API server check it: ``dry_run``); False if one of that
+        name exists already."""
+        extra = {"dry_run": "All"} if dry_run else {}
+        verb = "create_pod_dry_run" if dry_run else "create_pod"
+        return await self._create(verb, self.core.create_namespaced_pod, manifest, **extra)
 
-    async def delete_pod(self, namespace: str, name: str, uid: str | None) -> bool:
-        """Delete exactly this pod (UID precondition); False if it is gone or was replaced."""
+    async def read_metadata(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The metadata of a Service or Pod as a dict; None if there is none of that name."""
+        fn = {
+            "Service": self.core.read_namespaced_service,
+            "Pod": self.core.read_namespaced_pod,
+        }[kind]
+        loop = asyncio.get_running_loop()
+        try:
+            obj = await loop.run_in_executor(self._pool, functools.partial(fn, name, namespace))
+        except ApiException as exc:
+            metrics.api_call(f"read_{kind.lower()}", exc.status, expected=(NOT_FOUND,))
+            if exc.status == NOT_FOUND:
+                return None
+            raise
+        metrics.api_call(f"read_{kind.lower()}", 200)
+        return self.core.api_client.sanitize_for_serialization(obj.metadata)
+
+    async def delete_pod(
+        self, namespace: str, name: str, uid: str | None, force: bool = False
+    ) -> bool:
+        """Delete exactly this pod (UID precondition), at once without waiting for its kubelet if
+        ``force``; False if it is gone or was replaced."""
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
+        if force:
+            body["gracePeriodSeconds"] = 0
         try:
             await self._call(
-                "delete_pod", self.core.delete_namespaced_pod, name, namespace, body=body
+                "force_delete_pod" if force else "delete_pod",
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                body=body,
             )
         except ApiException as exc:
             if exc.status in (NOT_FOUND, CONFLICT):

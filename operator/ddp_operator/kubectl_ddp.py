@@ -165,18 +165,41 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``kubectl-ddp`` console script."""
+    """Entry point of the ``kubectl-ddp`` console script: any failure is one line on stderr and
+    a non-zero exit (1: the cluster or the API said no; 2: bad input), never a traceback."""
     args = parser().parse_args(argv)
     from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+    from urllib3.exceptions import HTTPError
 
     try:
         return args.func(args)
     except ApiException as exc:
-        print(f"kubectl ddp: {exc.status} {exc.reason}: {_message(exc)}", file=sys.stderr)
-        return 1
+        return _fail(1, f"{exc.status} {exc.reason}: {_message(exc)}")
+    except ConfigException as exc:
+        return _fail(1, f"no usable kubeconfig (KUBECONFIG, --kubeconfig): {exc}")
+    except HTTPError as exc:
+        return _fail(1, f"cannot reach the cluster: {_unreachable(exc)}")
+    except yaml.YAMLError as exc:
+        return _fail(2, f"{getattr(args, 'file', '')}: not valid YAML: {exc}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        where = getattr(args, "file", "")
+        return _fail(2, f"{where}: not a valid {c.KIND} ({type(exc).__name__}: {exc})")
     except (SpecError, OSError, ValueError) as exc:
-        print(f"kubectl ddp: {exc}", file=sys.stderr)
-        return 2
+        return _fail(2, str(exc))
+
+
+def _fail(code: int, message: str) -> int:
+    print("kubectl ddp: " + " ".join(message.split()), file=sys.stderr)
+    return code
+
+
+def _unreachable(exc: Exception) -> str:
+    """The server and the cause of a connection failure, without urllib3's object reprs."""
+    pool = getattr(exc, "pool", None)
+    server = f"{pool.scheme}://{pool.host}:{pool.port}: " if pool is not None else ""
+    cause = str(getattr(exc, "reason", None) or exc)
+    return server + cause.split(">: ", 1)[-1]
 
 
 def _message(exc: Any) -> str:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from . import builders, reconcile
+from . import builders, conditions, reconcile
 from .jobspec import JobSpec
 from .workers import WorkerPod
 
@@ -206,7 +206,8 @@ class LocalRun:
         for i, p in enumerate(self.procs):
             code = p.poll()
             phase = "Running" if code is None else ("Succeeded" if code == 0 else "Failed")
-            pods.append(WorkerPod(builders.worker_name(self.job, i), i, 0, phase, exit_code=code))
+            name = builders.worker_name(self.job, i)
+            pods.append(WorkerPod(name, i, 0, phase, exit_code=code, owner_uid=self.job.uid))
         return pods
 
     def wait(self) -> Outcome:
@@ -220,7 +221,7 @@ class LocalRun:
             if plan.finished:
                 break
             time.sleep(0.1)
-        cond = reconcile.condition(status["conditions"], status["phase"])
+        cond = conditions.condition(status["conditions"], status["phase"])
         codes = {i: p.poll() for i, p in enumerate(self.procs)}  # before stopping the rest
         self.stop_all()
         return Outcome(status["phase"] == "Succeeded", (cond or {}).get("message", ""), codes)

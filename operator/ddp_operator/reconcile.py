@@ -8,26 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import constants as c
+from . import obstacles
 from .builders import worker_name
+from .conditions import (
+    NORMAL,
+    WARNING,
+    Conditions,
+    Event,
+    format_time,
+    parse_time,
+)
+from .failures import Failure
 from .jobspec import JobSpec
 from .workers import WorkerPod
 
-NORMAL = "Normal"
-WARNING = "Warning"
 FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to post on the DDPJob."""
-
-    type: str
-    reason: str
-    message: str
 
 
 @dataclass
@@ -37,6 +36,7 @@ class Plan:
     status: dict[str, Any]
     create: list[int] = field(default_factory=list)
     delete: list[WorkerPod] = field(default_factory=list)
+    force_delete: list[WorkerPod] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
@@ -48,75 +48,6 @@ class Plan:
     @property
     def finished(self) -> bool:
         return self.status.get("phase") in FINISHED_PHASES
-
-
-def format_time(t: datetime) -> str:
-    """RFC 3339 as Kubernetes writes it (seconds, UTC, 'Z')."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """Parse a Kubernetes timestamp; None stays None."""
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
-    """The condition of the given type, if present."""
-    return next((cd for cd in conditions if cd.get("type") == type_), None)
-
-
-def is_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
-    """Whether the condition of the given type is present and True."""
-    cond = condition(conditions, type_)
-    return bool(cond) and cond.get("status") == "True"
-
-
-class _Conditions:
-    """A status.conditions list being updated, recording the Events its transitions imply."""
-
-    def __init__(self, current: Iterable[Mapping[str, Any]], now: datetime, generation: int):
-        self.items = [dict(cd) for cd in current]
-        self.now = format_time(now)
-        self.generation = generation
-        self.events: list[Event] = []
-
-    def true(self, type_: str) -> bool:
-        return is_true(self.items, type_)
-
-    def set(
-        self, type_: str, value: bool, reason: str, message: str, event: str | None = None
-    ) -> None:
-        """Set a condition; a change of status moves lastTransitionTime and may post an Event."""
-        status = "True" if value else "False"
-        new = {
-            "type": type_,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "observedGeneration": self.generation,
-        }
-        old = condition(self.items, type_)
-        if old is None:
-            new["lastTransitionTime"] = self.now
-            self.items.append(new)
-        elif old.get("status") != status:
-            new["lastTransitionTime"] = self.now
-            old.clear()
-            old.update(new)
-        else:
-            new["lastTransitionTime"] = old.get("lastTransitionTime") or self.now
-            old.clear()
-            old.update(new)
-            return
-        if event:
-            self.events.append(Event(event, reason, message))
-
-    def clear(self, type_: str, reason: str, message: str, event: str | None = None) -> None:
-        """Set a condition False, but only if it is there at all."""
-        if condition(self.items, type_) is not None:
-            self.set(type_, False, reason, message, event)
 
 
 def _counts(pods: Iterable[WorkerPod]) -> dict[str, int]:
@@ -150,6 +81,8 @@ def _failures(job: JobSpec, current: dict[int, WorkerPod], created: bool) -> lis
                 found.append(f"{worker_name(job, i)} was deleted")
         elif pod.phase == "Failed":
             found.append(pod.describe_end())
+        elif pod.deleting and pod.phase != "Succeeded" and pod.node_lost:
+            found.append(f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})")
         elif pod.deleting and pod.phase != "Succeeded":
             found.append(f"{pod.name} is being deleted (evicted, preempted or removed)")
     return found
@@ -171,11 +104,15 @@ def plan(
     pods: Iterable[WorkerPod],
     now: datetime,
     generation: int = 0,
+    failure: Failure | None = None,
 ) -> Plan:
-    """Decide the next status and actions of a job from what is observed."""
-    pods = list(pods)
+    """Decide the next status and actions of a job from what is observed: its status, the pods
+    carrying its label (only those it controls count as its own) and, if the last attempt to act
+    failed, that failure."""
+    observed = list(pods)
+    pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt for p in pods)])
-    conds = _Conditions(status.get("conditions") or [], now, generation)
+    conds = Conditions(status.get("conditions") or [], now, generation)
     current = {p.index: p for p in pods if p.attempt == attempt and p.index < job.nodes}
     stale = [p for p in pods if p not in current.values()]
     new: dict[str, Any] = {
@@ -186,8 +123,17 @@ def plan(
         "workers": _counts(p for p in current.values() if not p.deleting),
     }
     result = Plan(status=new)
+    # What blocks the job, most recent first: (reason, message).
+    blockers: list[tuple[str, str]] = []
+    if failure is not None:
+        blockers.append((failure.reason, failure.message))
 
-    def finish(result: Plan) -> Plan:
+    def finish(result: Plan, active: bool = True) -> Plan:
+        result.force_delete = obstacles.force_delete(pods, now)
+        if active:
+            recheck = obstacles.report(conds, pods, now, blockers)
+            if recheck is not None:
+                result.requeue_after = min(recheck, result.requeue_after or recheck)
         new["conditions"] = conds.items
         new["phase"] = _phase(conds)
         result.events = conds.events
@@ -200,14 +146,19 @@ def plan(
             conds.set(c.COND_FAILED, True, reason, message, WARNING)
         conds.set(c.COND_RUNNING, False, reason, "the job has finished")
         conds.clear(c.COND_RESTARTING, reason, "the job has finished")
+        conds.clear(c.COND_BLOCKED, reason, "the job has finished")
         new["completionTime"] = format_time(now)
-        return finished(job, pods, now, new, finish(result))
+        return finished(job, pods, now, new, finish(result, active=False))
 
     # 1. A finished job only cleans up and waits for its TTL.
     if conds.true(c.COND_SUCCEEDED) or conds.true(c.COND_FAILED):
-        return finished(job, pods, now, new, finish(result))
+        return finished(job, pods, now, new, finish(result, active=False))
 
-    # 2. Suspended: no pods; resuming restarts the clock, as for a Job.
+    # 2. A permanent failure (a template the API server refuses) fails the job at once.
+    if failure is not None and failure.permanent:
+        return stop(False, failure.reason, failure.message)
+
+    # 3. Suspended: no pods; resuming restarts the clock, as for a Job.
     if job.suspend:
         conds.set(c.COND_SUSPENDED, True, "Suspended", "the job is suspended", NORMAL)
         conds.clear(c.COND_RUNNING, "Suspended", "the job is suspended")
@@ -218,7 +169,7 @@ def plan(
         conds.set(c.COND_SUSPENDED, False, "Resumed", "the job was resumed", NORMAL)
         new["startTime"] = None
 
-    # 3. Deadline.
+    # 4. Deadline.
     start = parse_time(new["startTime"])
     if job.active_deadline_seconds is not None and start is not None:
         left = start + timedelta(seconds=job.active_deadline_seconds) - now
@@ -231,7 +182,7 @@ def plan(
             )
         result.requeue_after = left.total_seconds()
 
-    # 4. Success, then failure (a whole-group restart while the backoff limit allows).
+    # 5. Success, then failure (a whole-group restart while the backoff limit allows).
     reason = _succeeded(job, current)
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
@@ -260,12 +211,15 @@ def plan(
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
 
-    # 5. Remove what does not belong to this attempt; create what is missing.
+    # 6. Remove what does not belong to this attempt; create what is missing, unless a pod of
+    #    that name exists (a stale one of ours on its way out, or a foreign one: reported).
     result.delete = [p for p in stale if not p.deleting]
-    taken = {p.name for p in pods}
-    result.create = [
-        i for i in range(job.nodes) if i not in current and worker_name(job, i) not in taken
-    ]
+    taken = {p.name for p in observed}
+    missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
+    result.create = [i for name, i in missing.items() if name not in taken]
+    conflict = obstacles.conflict(job, [p for p in foreign if p.name in missing])
+    if conflict:
+        blockers.append(conflict)
     if result.create and new["startTime"] is None:
         new["startTime"] = format_time(now)
         if job.active_deadline_seconds is not None:
@@ -283,7 +237,7 @@ def plan(
     else:
         conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
 
-    # 6. Scheduling trouble, with the scheduler's own words.
+    # 7. Scheduling trouble, with the scheduler's own words.
     stuck = [p for p in live if p.unschedulable]
     if stuck:
         first = min(stuck, key=lambda p: p.index)
@@ -298,7 +252,7 @@ def plan(
     else:
         conds.clear(c.COND_UNSCHEDULABLE, "Scheduled", "every worker is scheduled")
 
-    # 7. Running once every worker has started (finished workers count as started).
+    # 8. Running once every worker has started (finished workers count as started).
     started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)
     if started:
         conds.set(c.COND_RUNNING, True, "AllWorkersRunning", f"{job.nodes} workers running", NORMAL)
@@ -331,7 +285,7 @@ def finished(
     return result
 
 
-def _phase(conds: _Conditions) -> str:
+def _phase(conds: Conditions) -> str:
     for type_, phase in (
         (c.COND_FAILED, "Failed"),
         (c.COND_SUCCEEDED, "Succeeded"),

@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
-from . import builders, metrics, reconcile
-from .jobspec import SpecError, resolve
+from . import builders, metrics, obstacles, reconcile
+from .failures import Failure, NameConflict, StepFailed, api_message, classify
+from .jobspec import JobSpec, SpecError, resolve
 from .kube import Kube
-from .workers import WorkerPod
+from .workers import WorkerPod, controller
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Key = tuple[str, str]
 PodSource = Callable[[Key], Iterable[WorkerPod]]
 
@@ -43,6 +44,7 @@ class JobRunner:
         self.kube = kube
         self.pods = pods
         self.status: dict[str, Any] = dict(body.get("status") or {})
+        self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
@@ -69,18 +71,49 @@ class JobRunner:
                 failures = 0
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # retried with backoff; the loop never dies
+            except Exception as exc:  # reported on the job, retried with backoff; never dies
                 failures += 1
                 backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
-                why = _brief(exc)
-                log.warning(
-                    "ddpjob %s/%s: pass failed (%s); retry in %.1fs", *self.key, why, backoff
-                )
-                await asyncio.sleep(backoff)  # changes seen meanwhile are in the next pass
+                await self.report(exc, backoff)
+                # A change of the job or its pods (e.g. the user fixed it) retries sooner.
+                await asyncio.sleep(SETTLE_SECONDS * 5)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=backoff)
+                continue
+            if self.failure is not None:
+                self.failure = None  # the pass went through: one more pass clears Blocked
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=delay)
             await asyncio.sleep(SETTLE_SECONDS)
+
+    async def report(self, exc: Exception, backoff: float) -> None:
+        """Put a failed pass on the job: Failed if permanent, else the Blocked condition."""
+        self.failure = failure = classify(exc)
+        log.warning(
+            "ddpjob %s/%s: %s: %s; retry in %.1fs",
+            *self.key,
+            failure.reason,
+            failure.message,
+            backoff,
+        )
+        body = self.body
+        try:
+            job = resolve(body)
+            plan = reconcile.plan(
+                job,
+                self.status,
+                self.pods(self.key),
+                datetime.now(UTC),
+                (body.get("metadata") or {}).get("generation", 0),
+                failure,
+            )
+            # Only the report; the actions are retried by the next pass.
+            plan.create, plan.delete, plan.force_delete = [], [], []
+            plan.delete_job = False
+            await self.record(job, body, plan)
+        except Exception as again:  # the API server is likely unreachable: nothing can be told
+            log.warning("ddpjob %s/%s: could not report it: %s", *self.key, api_message(again))
 
     async def reconcile_once(self) -> float | None:
         """One pass; returns seconds until a timed re-check is due (deadline, TTL), if any."""
@@ -95,7 +128,12 @@ class JobRunner:
             kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc))
             return None
         plan = reconcile.plan(
-            job, self.status, self.pods(self.key), datetime.now(UTC), meta.get("generation", 0)
+            job,
+            self.status,
+            self.pods(self.key),
+            datetime.now(UTC),
+            meta.get("generation", 0),
+            self.failure,
         )
         await self.execute(job, body, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -105,23 +143,59 @@ class JobRunner:
         """Carry out a plan. One that removes anything or starts a new attempt records its status
         (and Events) first, so that a crash half-way can never make its own deletions look like
         failures; one that only creates pods creates them first and records the status after,
-        which spares a write before the pods exist."""
+        which spares a write before the pods exist. A failing step raises ``StepFailed``."""
         record_first = bool(plan.delete) or plan.delete_job or plan.attempt != self.attempt
         if record_first:
             await self.record(job, body, plan)
-        if plan.delete:
-            await asyncio.gather(
-                *(self.kube.delete_pod(job.namespace, p.name, p.uid) for p in plan.delete)
+        removals = [(p, False) for p in plan.delete] + [(p, True) for p in plan.force_delete]
+        if removals:
+            await _all(
+                (
+                    f"deleting pod {p.name}",
+                    self.kube.delete_pod(job.namespace, p.name, p.uid, force),
+                )
+                for p, force in removals
             )
         if plan.create:
-            await self.kube.create_service(builders.build_service(job))
-            pods = [builders.build_worker_pod(job, i, plan.attempt) for i in plan.create]
-            created = await asyncio.gather(*(self.kube.create_pod(pod) for pod in pods))
-            metrics.PODS_CREATED.inc(sum(created))
+            await self.create(job, plan)
         if not record_first:
             await self.record(job, body, plan)
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
+
+    async def create(self, job: Any, plan: reconcile.Plan) -> None:
+        """Create the plan's workers (and the Service they need), never reusing what is not the
+        job's. A fresh group is first checked by a server-side dry run of one pod, so a template
+        the API server refuses fails the job before any pod exists."""
+        pods = [builders.build_worker_pod(job, i, plan.attempt) for i in plan.create]
+        if len(plan.create) == job.nodes:
+            await _step(
+                f"checking pod {pods[0]['metadata']['name']} (dry run)",
+                self.kube.create_pod(pods[0], dry_run=True),
+            )
+        service = builders.build_service(job)
+        if not await _step("creating the Service", self.kube.create_service(service)):
+            await self.check_owner(job, "Service", job.name)
+        created = await _all(
+            (f"creating pod {pod['metadata']['name']}", self.kube.create_pod(pod)) for pod in pods
+        )
+        metrics.PODS_CREATED.inc(sum(created))
+        for pod, ok in zip(pods, created, strict=True):
+            if not ok:  # a pod of that name exists: ours (the watch lags) or someone else's
+                await self.check_owner(job, "Pod", pod["metadata"]["name"])
+
+    async def check_owner(self, job: JobSpec, kind: str, name: str) -> None:
+        """Raise NameConflict unless the job is the controller of the existing object."""
+        meta = await _step(
+            f"reading {kind} {name}", self.kube.read_metadata(kind, job.namespace, name)
+        )
+        if meta is None:
+            self.wake.set()  # gone meanwhile: the next pass creates it
+            return
+        uid, owner = controller(meta)
+        if uid != job.uid:
+            reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
+            raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
 
     @property
     def attempt(self) -> int:
@@ -140,15 +214,21 @@ class JobRunner:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
-def _brief(exc: Exception) -> str:
-    """An exception in one line: the API's status and message rather than its headers."""
-    status, body = getattr(exc, "status", None), getattr(exc, "body", None)
-    if status and body:
-        try:
-            return f"{status}: {json.loads(body).get('message', '')}"
-        except ValueError:
-            return f"{status}: {body[:200]}"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+async def _step(what: str, action: Awaitable[T]) -> T:
+    """Await one step of a plan; its error, if any, says which step it was."""
+    try:
+        return await action
+    except Exception as exc:
+        raise StepFailed(what, exc) from exc
+
+
+async def _all(steps: Iterable[tuple[str, Awaitable[T]]]) -> list[T]:
+    """Run steps concurrently; all of them finish; the first error, if any, is raised."""
+    results = await asyncio.gather(*(_step(w, a) for w, a in steps), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
 
 
 class Runners:

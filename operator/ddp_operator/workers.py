@@ -24,6 +24,11 @@ class WorkerPod:
     reason: str | None = None
     message: str | None = None
     unschedulable: str | None = None
+    owner_uid: str | None = None
+    owner: str | None = None
+    finalizers: tuple[str, ...] = ()
+    deletion_time: str | None = None
+    node_lost: str | None = None
 
     def describe_end(self) -> str:
         """Why this worker stopped, in words (for conditions and Events)."""
@@ -51,6 +56,29 @@ def _terminations(statuses: list[Mapping[str, Any]]) -> dict[str, Mapping[str, A
         if term:
             found[status.get("name", "")] = term
     return found
+
+
+def controller(meta: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The controller ownerReference of an object: (UID, "Kind/name (uid ...)"), or Nones."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            uid = ref.get("uid")
+            return uid, f"{ref.get('kind')}/{ref.get('name')} (uid {uid})"
+    return None, None
+
+
+def _node_lost(status: Mapping[str, Any]) -> str | None:
+    """Why the pod's node counts as lost, if the control plane says so on the pod."""
+    if status.get("reason") == "NodeLost":
+        return status.get("message") or "its node was lost"
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") == "DisruptionTarget"
+            and cond.get("status") == "True"
+            and cond.get("reason") == "DeletionByTaintManager"
+        ):
+            return cond.get("message") or "evicted from an unreachable node"
+    return None
 
 
 def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
@@ -93,6 +121,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         ):
             unschedulable = cond.get("message") or "unschedulable"
 
+    owner_uid, owner = controller(meta)
     return WorkerPod(
         name=meta.get("name", ""),
         index=index,
@@ -105,4 +134,9 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         reason=reason,
         message=message,
         unschedulable=unschedulable,
+        owner_uid=owner_uid,
+        owner=owner,
+        finalizers=tuple(meta.get("finalizers") or ()),
+        deletion_time=meta.get("deletionTimestamp"),
+        node_lost=_node_lost(status),
     )
