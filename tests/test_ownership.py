@@ -25,7 +25,11 @@ def blocked(cluster: Cluster, ns: str, name: str, reason: str) -> dict:
         timeout=60,
         what=f"{name} Blocked/{reason}",
     )
-    assert reason in [e["reason"] for e in jobs.events(cluster, ns, name)], "no Event posted"
+    wait_for(
+        lambda: reason in [e["reason"] for e in jobs.events(cluster, ns, name)],
+        timeout=10,
+        what=f"a {reason} Event",
+    )
     return cond
 
 
@@ -99,8 +103,19 @@ def test_a_recreated_job_never_counts_orphaned_pods(cluster: Cluster, namespace:
     job = jobs.get(cluster, namespace, "again")
     assert job["metadata"]["uid"] != first and job["status"]["phase"] == "Pending"
     assert jobs.condition(job, "Succeeded") is None
+    # The orphaned Service is not the new job's either: said once the pods are gone.
     for w in workers(cluster, namespace, "again"):
         pods.delete(cluster, namespace, w["metadata"]["name"])
+    cond = blocked(cluster, namespace, "again", "NameConflict")
+    wait_for(
+        lambda: (
+            "Service again"
+            in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
+        ),
+        what="the orphaned Service named",
+    )
+    assert workers(cluster, namespace, "again") == []
+    cluster.core.delete_namespaced_service("again", namespace)
     ws = wait_running(cluster, namespace, "again", 2)
     assert owners(cluster, namespace, "again") == {job["metadata"]["uid"]}
     for w in ws:

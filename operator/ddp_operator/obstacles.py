@@ -40,11 +40,12 @@ def conflict_of(job: JobSpec, objects: list[str], owner: str | None) -> tuple[st
             "WaitingForPreviousJob",
             f"{names} of an earlier {owner} still exist: waiting for them to be deleted",
         )
-    whose = f"controlled by {owner}" if owner else "it has no controller"
+    whose = f"controlled by {owner}" if owner else "no controller"
+    verbs = ("exist", "are", "them") if len(objects) > 1 else ("exists", "is", "it")
     return (
         "NameConflict",
-        f"{names} already exists and is not this job's ({whose}): it is never adopted, reused "
-        "or deleted; delete or rename it to let the job go on",
+        f"{names} already {verbs[0]} and {verbs[1]} not this job's ({whose}): never adopted, "
+        f"reused or deleted; delete or rename {verbs[2]} to let the job go on",
     )
 
 
