@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from harness import jobs, pods
+from harness import faults, jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster]
+
+
+@pytest.fixture
+def local(cluster: Cluster) -> Cluster:
+    """The local cluster, whose nodes and control plane the harness can fault."""
+    if not cluster.local:
+        pytest.skip("injects faults into the local kwok cluster (hack/cluster/cluster.sh)")
+    return cluster
+
 
 HOLD = "ddp-operator.io/test-hold"
 
@@ -70,3 +81,47 @@ def test_a_watched_namespace_deleted_while_jobs_run(
     assert operator.proc is not None and operator.proc.poll() is None
     log = operator.output()[seen:]
     assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_worker_whose_node_stops_answering_restarts_the_group_elsewhere(
+    local: Cluster, namespace: str
+) -> None:
+    """The node is not deleted: it stops answering. The worker counts as failed once the node is
+    lost (unreachable taint + the workers' 30 s toleration), its pod, stuck Terminating with no
+    kubelet to confirm, is force-deleted, and the group runs again on other nodes."""
+    jobs.apply(local, ddpjob("lost", namespace, nodes=2))
+    ws = wait_running(local, namespace, "lost", 2)
+    node = ws[1]["spec"]["nodeName"]
+    last_heartbeat = faults.silence_node(local, node)
+    try:
+        job = jobs.wait_condition(local, namespace, "lost", "Restarting", timeout=180)
+        message = jobs.condition(job, "Restarting")["message"]
+        assert f"lost-worker-1 was lost with its node {node}" in message
+        again = wait_running(local, namespace, "lost", 2, attempt=1, timeout=120)
+        recovered = datetime.now(UTC)
+        assert all(w["spec"]["nodeName"] != node for w in again)
+        assert {w["metadata"]["uid"] for w in again}.isdisjoint(w["metadata"]["uid"] for w in ws)
+        took = (recovered - last_heartbeat).total_seconds()
+        print(f"lost node {node}: last heartbeat -> whole group running again: {took:.1f}s")
+    finally:
+        faults.revive_node(local, node)
+
+
+def test_control_plane_down_and_back_under_a_running_operator(
+    local: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """etcd and the API server (the whole control plane) stop for 20 s; every job converges."""
+    for name in ("cp-ok", "cp-fail"):
+        jobs.apply(local, ddpjob(name, namespace, nodes=2))
+        wait_running(local, namespace, name, 2)
+    with faults.control_plane_down(local, 20):
+        pass
+    for w in workers(local, namespace, "cp-ok"):
+        pods.finish(local, namespace, w["metadata"]["name"], 0)
+    pods.finish(local, namespace, "cp-fail-worker-1", 3)
+    jobs.apply(local, ddpjob("cp-new", namespace, nodes=2))
+    jobs.wait_phase(local, namespace, "cp-ok", "Succeeded", timeout=120)
+    wait_running(local, namespace, "cp-fail", 2, attempt=1, timeout=120)
+    wait_running(local, namespace, "cp-new", 2, timeout=120)
+    assert operator.proc is not None and operator.proc.poll() is None

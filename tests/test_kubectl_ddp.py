@@ -162,7 +162,7 @@ def test_bad_manifests_fail_in_one_line(tmp_path: Path) -> None:
     no_resource = ddpjob("j", nodes=2, accelerator={"perNode": 2})
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(no_resource))
-    one_line_failure(run_ddp("submit", str(broken), env=env), 2, "not a valid DDPJob")
+    one_line_failure(run_ddp("submit", str(broken), env=env), 2, "spec cannot be read")
     other = tmp_path / "other.yaml"
     other.write_text("kind: ConfigMap\n")
     one_line_failure(run_ddp("submit", str(other), env=env), 2, "no DDPJob found")

@@ -45,8 +45,15 @@ def test_job_gets_a_headless_service_then_wired_workers(cluster: Cluster, namesp
     job = jobs.wait_phase(cluster, namespace, "wire", "Running")
     assert job["status"]["workers"]["running"] == 3 and job["status"]["restarts"] == 0
     assert job["status"]["observedGeneration"] == job["metadata"]["generation"]
-    reasons = [e["reason"] for e in jobs.events(cluster, namespace, "wire")]
-    assert "WorkersCreated" in reasons and "AllWorkersRunning" in reasons
+    # Events are posted after the status is written: wait for them.
+    wait_for(
+        lambda: (
+            {"WorkersCreated", "AllWorkersRunning"}
+            <= {e["reason"] for e in jobs.events(cluster, namespace, "wire")}
+        ),
+        timeout=10,
+        what="the WorkersCreated and AllWorkersRunning Events",
+    )
     out = cluster.kubectl("get", "ddpj", "-n", namespace).stdout
     assert "PHASE" in out and "RESTARTS" in out and "Running" in out
 

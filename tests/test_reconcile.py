@@ -342,3 +342,22 @@ def test_observe_reads_owner_finalizers_and_node_loss() -> None:
     assert (w.owner_uid, w.owner) == ("u", "DDPJob/j (uid u)")
     assert w.finalizers == ("example.com/hold",) and w.deletion_time == GONE and w.deleting
     assert w.node_lost == "Taint manager: deleting due to NoExecute taint"
+
+
+def test_a_spec_that_cannot_be_resolved_fails_the_job_saying_why() -> None:
+    from ddp_operator.failures import classify
+    from ddp_operator.jobspec import SpecError
+    from ddp_operator.reconcile import rejected
+
+    body = ddpjob("j", "ns", nodes=2, accelerator={"perNode": 2})  # no resource
+    try:
+        resolve(body)
+    except SpecError as exc:
+        failure = classify(exc)
+    else:
+        raise AssertionError("resolve accepted an accelerator without a resource")
+    assert (failure.permanent, failure.reason) == (True, "InvalidSpec")
+    p = rejected({}, failure, NOW, generation=3)
+    assert p.status["phase"] == "Failed" and cond(p.status, "Failed")["reason"] == "InvalidSpec"
+    assert "resource" in cond(p.status, "Failed")["message"] and p.create == []
+    assert [e.reason for e in p.events] == ["InvalidSpec"]

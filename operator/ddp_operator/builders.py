@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from . import constants as c
-from .jobspec import JobSpec
+from .jobspec import JobSpec, SpecError
 
 Manifest = dict[str, Any]
 
@@ -194,7 +194,7 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     meta = template.get("metadata") or {}
     pod_spec: dict[str, Any] = template.get("spec") or {}
     if not pod_spec.get("containers"):
-        raise ValueError("spec.template.spec.containers must name at least one container")
+        raise SpecError("spec.template.spec.containers must name at least one container")
 
     labels = {**(meta.get("labels") or {}), **job_labels(job)}
     labels[c.LABEL_INDEX] = str(index)

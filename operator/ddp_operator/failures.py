@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from .jobspec import SpecError
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -61,6 +63,8 @@ def classify(exc: BaseException) -> Failure:
     step = ""
     if isinstance(exc, StepFailed):
         step, exc = f"{exc.step}: ", exc.cause
+    if isinstance(exc, SpecError):
+        return Failure(True, "InvalidSpec", step + str(exc))
     if isinstance(exc, NameConflict):
         return Failure(False, exc.reason, step + str(exc))
     status = getattr(exc, "status", None)

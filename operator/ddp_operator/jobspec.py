@@ -87,6 +87,16 @@ def _opt_int(spec: Mapping[str, Any], key: str) -> int | None:
 
 
 def resolve(body: Mapping[str, Any]) -> JobSpec:
+    """Resolve a DDPJob object into a JobSpec; SpecError, naming the problem, if it cannot be."""
+    try:
+        return _resolve(body)
+    except SpecError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(f"the DDPJob's spec cannot be read ({type(exc).__name__}: {exc})") from exc
+
+
+def _resolve(body: Mapping[str, Any]) -> JobSpec:
     """Resolve a DDPJob object (as stored, or as written in a file) into a JobSpec.
 
     Applies the same defaults as the CRD schema and re-checks the few rules the builders rely

@@ -23,6 +23,10 @@ CONFLICT = 409
 NOT_FOUND = 404
 
 
+class JobGone(Exception):
+    """The DDPJob was deleted (its namespace may be gone too): its loop has nothing left to do."""
+
+
 def api_client(pool_size: int = 64) -> client.ApiClient:
     """An ApiClient for the in-cluster service account, else the kubeconfig (KUBECONFIG)."""
     cfg = client.Configuration()
@@ -128,7 +132,15 @@ class Kube:
         return True
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch the DDPJob's status subresource."""
+        """Merge-patch the DDPJob's status subresource; JobGone if the job no longer exists."""
+        try:
+            await self._patch_status(namespace, name, status)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                raise JobGone(f"ddpjob {namespace}/{name} no longer exists") from exc
+            raise
+
+    async def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await self._call(
             "patch_status",
             self.custom.patch_namespaced_custom_object_status,

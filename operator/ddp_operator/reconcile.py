@@ -269,6 +269,17 @@ def plan(
     return finish(result)
 
 
+def rejected(
+    status: Mapping[str, Any], failure: Failure, now: datetime, generation: int = 0
+) -> Plan:
+    """The status of a job whose spec cannot even be resolved: Failed, saying why."""
+    conds = Conditions(status.get("conditions") or [], now, generation)
+    conds.set(c.COND_FAILED, True, failure.reason, failure.message, WARNING)
+    new = {"phase": "Failed", "conditions": conds.items, "observedGeneration": generation}
+    new["completionTime"] = status.get("completionTime") or format_time(now)
+    return Plan(status=new, events=conds.events)
+
+
 def finished(
     job: JobSpec, pods: list[WorkerPod], now: datetime, new: dict[str, Any], result: Plan
 ) -> Plan:

@@ -22,7 +22,7 @@ import kopf
 from . import builders, metrics, obstacles, reconcile
 from .failures import Failure, NameConflict, StepFailed, api_message, classify
 from .jobspec import JobSpec, SpecError, resolve
-from .kube import Kube
+from .kube import JobGone, Kube
 from .workers import WorkerPod, controller
 
 log = logging.getLogger(__name__)
@@ -71,10 +71,17 @@ class JobRunner:
                 failures = 0
             except asyncio.CancelledError:
                 raise
+            except JobGone as gone:  # the DELETED event may never come (namespace deleted)
+                log.info("%s: its loop ends", gone)
+                return
             except Exception as exc:  # reported on the job, retried with backoff; never dies
                 failures += 1
                 backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
-                await self.report(exc, backoff)
+                try:
+                    await self.report(exc, backoff)
+                except JobGone as gone:
+                    log.info("%s: its loop ends", gone)
+                    return
                 # A change of the job or its pods (e.g. the user fixed it) retries sooner.
                 await asyncio.sleep(SETTLE_SECONDS * 5)
                 with contextlib.suppress(TimeoutError):
@@ -98,20 +105,22 @@ class JobRunner:
             backoff,
         )
         body = self.body
+        now, generation = datetime.now(UTC), (body.get("metadata") or {}).get("generation", 0)
         try:
-            job = resolve(body)
-            plan = reconcile.plan(
-                job,
-                self.status,
-                self.pods(self.key),
-                datetime.now(UTC),
-                (body.get("metadata") or {}).get("generation", 0),
-                failure,
-            )
-            # Only the report; the actions are retried by the next pass.
-            plan.create, plan.delete, plan.force_delete = [], [], []
-            plan.delete_job = False
-            await self.record(job, body, plan)
+            try:
+                job = resolve(body)
+            except SpecError:
+                plan = reconcile.rejected(self.status, failure, now, generation)
+            else:
+                plan = reconcile.plan(
+                    job, self.status, self.pods(self.key), now, generation, failure
+                )
+                # Only the report; the actions are retried by the next pass.
+                plan.create, plan.delete, plan.force_delete = [], [], []
+                plan.delete_job = False
+            await self.record(plan)
+        except JobGone:
+            raise
         except Exception as again:  # the API server is likely unreachable: nothing can be told
             log.warning("ddpjob %s/%s: could not report it: %s", *self.key, api_message(again))
 
@@ -122,11 +131,7 @@ class JobRunner:
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None  # garbage collection removes the children
-        try:
-            job = resolve(body)
-        except (SpecError, KeyError, TypeError, ValueError) as exc:
-            kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc))
-            return None
+        job = resolve(body)
         plan = reconcile.plan(
             job,
             self.status,
@@ -146,7 +151,7 @@ class JobRunner:
         which spares a write before the pods exist. A failing step raises ``StepFailed``."""
         record_first = bool(plan.delete) or plan.delete_job or plan.attempt != self.attempt
         if record_first:
-            await self.record(job, body, plan)
+            await self.record(plan)
         removals = [(p, False) for p in plan.delete] + [(p, True) for p in plan.force_delete]
         if removals:
             await _all(
@@ -159,7 +164,7 @@ class JobRunner:
         if plan.create:
             await self.create(job, plan)
         if not record_first:
-            await self.record(job, body, plan)
+            await self.record(plan)
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
 
@@ -201,17 +206,17 @@ class JobRunner:
     def attempt(self) -> int:
         return int(self.status.get("restarts") or 0)
 
-    async def record(self, job: Any, body: Mapping[str, Any], plan: reconcile.Plan) -> None:
+    async def record(self, plan: reconcile.Plan) -> None:
         """Write what changed in the status, then post the plan's Events."""
         if plan.attempt > self.attempt:
             metrics.GROUP_RESTARTS.inc()
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
         if changed:
-            await self.kube.patch_status(job.namespace, job.name, changed)
+            await self.kube.patch_status(*self.key, changed)
             self.status.update(plan.status)
         for event in plan.events:
-            log.info("ddpjob %s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            log.info("ddpjob %s/%s: %s: %s", *self.key, event.reason, event.message)
+            kopf.event(self.body, type=event.type, reason=event.reason, message=event.message)
 
 
 async def _step(what: str, action: Awaitable[T]) -> T:
@@ -256,7 +261,13 @@ class Runners:
             return
         if runner is not None:
             runner.task.cancel()
-        self._runners[key] = JobRunner(key, body, self.kube, self.pods)
+        runner = self._runners[key] = JobRunner(key, body, self.kube, self.pods)
+        runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
+
+    def _drop(self, key: Key, runner: JobRunner) -> None:
+        """A loop ended by itself (its job is gone): forget it, unless replaced already."""
+        if self._runners.get(key) is runner:
+            del self._runners[key]
 
     def poke(self, key: Key) -> None:
         """A pod of the job changed."""
