@@ -6,7 +6,7 @@ decision is derived from what is observed, so a restarted operator converges fro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -71,13 +71,21 @@ def _cleanup(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
     ]
 
 
-def _failures(job: JobSpec, current: dict[int, WorkerPod], created: bool) -> list[str]:
-    """Descriptions of the workers of this attempt that failed, vanished or are being removed."""
+def _failures(
+    job: JobSpec,
+    current: dict[int, WorkerPod],
+    created: bool,
+    seen: Collection[tuple[str, int]],
+    attempt: int,
+) -> list[str]:
+    """Descriptions of the workers of this attempt that failed, vanished or are being removed.
+    A missing worker has vanished if the whole group had been created, or if its pod of this
+    attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be created."""
     found = []
     for i in range(job.nodes):
         pod = current.get(i)
         if pod is None:
-            if created:
+            if created or (worker_name(job, i), attempt) in seen:
                 found.append(f"{worker_name(job, i)} was deleted")
         elif pod.phase == "Failed":
             found.append(pod.describe_end())
@@ -105,10 +113,12 @@ def plan(
     now: datetime,
     generation: int = 0,
     failure: Failure | None = None,
+    seen: Collection[tuple[str, int]] = (),
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
-    carrying its label (only those it controls count as its own) and, if the last attempt to act
-    failed, that failure."""
+    carrying its label (only those it controls count as its own), the (name, attempt) of its own
+    pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
+    same attempt) and, if the last attempt to act failed, that failure."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt for p in pods)])
@@ -187,7 +197,7 @@ def plan(
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
-    failures = _failures(job, current, conds.true(c.COND_CREATED))
+    failures = _failures(job, current, conds.true(c.COND_CREATED), seen, attempt)
     if failures:
         cause = "; ".join(failures[:3])
         if len(failures) > 3:

@@ -45,6 +45,7 @@ class JobRunner:
         self.pods = pods
         self.status: dict[str, Any] = dict(body.get("status") or {})
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
+        self.seen: set[tuple[str, int]] = set()  # (name, attempt) of own pods observed
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
@@ -112,9 +113,8 @@ class JobRunner:
             except SpecError:
                 plan = reconcile.rejected(self.status, failure, now, generation)
             else:
-                plan = reconcile.plan(
-                    job, self.status, self.pods(self.key), now, generation, failure
-                )
+                pods = self.pods(self.key)
+                plan = reconcile.plan(job, self.status, pods, now, generation, failure, self.seen)
                 # Only the report; the actions are retried by the next pass.
                 plan.create, plan.delete, plan.force_delete = [], [], []
                 plan.delete_job = False
@@ -132,13 +132,15 @@ class JobRunner:
         if meta.get("deletionTimestamp"):
             return None  # garbage collection removes the children
         job = resolve(body)
-        plan = reconcile.plan(
-            job,
-            self.status,
-            self.pods(self.key),
-            datetime.now(UTC),
-            meta.get("generation", 0),
-            self.failure,
+        pods = self.pods(self.key)
+        now, generation = datetime.now(UTC), meta.get("generation", 0)
+        plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, self.seen)
+        # Suspending deletes the pods on purpose: they are not failures when the job resumes.
+        self.seen = (
+            set()
+            if job.suspend
+            else {(p.name, p.attempt) for p in pods if p.owner_uid == job.uid}
+            | {s for s in self.seen if s[1] >= plan.attempt}
         )
         await self.execute(job, body, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
