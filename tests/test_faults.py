@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import time
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -10,6 +13,7 @@ from harness import faults, jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
 from harness.operator import OperatorProcess
+from harness.scenario import KINDS, Kubelet, Ledger, ScriptedJob, run_until_done, verify
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster]
@@ -125,3 +129,46 @@ def test_control_plane_down_and_back_under_a_running_operator(
     wait_running(local, namespace, "cp-fail", 2, attempt=1, timeout=120)
     wait_running(local, namespace, "cp-new", 2, timeout=120)
     assert operator.proc is not None and operator.proc.poll() is None
+
+
+def test_operator_sigkilled_every_few_seconds_through_50_jobs(cluster: Cluster, crd: str) -> None:
+    """50 jobs (successes, restarts, failures) while the operator is SIGKILLed every 2.5-5 s
+    (12 times, or until they end): each job ends right, with exactly its own pods, and no worker
+    pod was ever created twice."""
+    ns = f"ddpk-{uuid.uuid4().hex[:6]}"  # outside the session operator's namespaces
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, what="sa")
+    scripted = [ScriptedJob(f"j{i}", kind=KINDS[i % 3]) for i in range(50)]
+    ledger, kubelet = Ledger(cluster, ns).start(), Kubelet(cluster, ns, scripted).start()
+    rng = random.Random(50)
+    operator = OperatorProcess(cluster, ns).start()
+    kills = 0
+    try:
+        operator.wait_ready()
+        for job in scripted:
+            cluster.custom.create_namespaced_custom_object(
+                jobs.GROUP, jobs.VERSION, ns, jobs.PLURAL, job.manifest(ns)
+            )
+        while kills < 12:  # then it runs undisturbed to the end
+            time.sleep(rng.uniform(2.5, 5))
+            if all(
+                p in ("Succeeded", "Failed")
+                for p in run_until_done(cluster, ns, scripted, 0).values()
+            ):
+                break
+            operator.kill()
+            kills += 1
+            operator = OperatorProcess(cluster, ns).start()
+        phases = run_until_done(cluster, ns, scripted, timeout=180)
+        problems = verify(cluster, ns, scripted) + ledger.duplicates()
+        kubelet.check()
+        ledger.check()
+    finally:
+        operator.kill()
+        kubelet.stop()
+        ledger.stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+    outcomes = sorted(phases.values())
+    print(f"{kills} SIGKILLs; outcomes {dict((p, outcomes.count(p)) for p in set(outcomes))}")
+    assert kills >= 3, "the jobs finished before the operator was killed three times"
+    assert not problems, "\n".join(problems)
