@@ -14,6 +14,10 @@ state="$root/.cluster"
 name="ddp-$(printf '%s' "$root" | sha256sum | cut -c1-8)"
 kubeconfig="$state/kubeconfig"
 export KWOK_WORKDIR="$state/kwok"
+# Ports of its own too (10 from 20000..29999, below the ephemeral range): kwokctl would pick free
+# ones at creation, so clusters of two checkouts created at once could pick the same ports, and
+# another checkout's new cluster could take the ports of one that is stopped.
+port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 
@@ -59,9 +63,16 @@ up() {
       # Every pod's container log is the file .cluster/pod-logs/containers.log (tests write it).
       mkdir -p "$state/pod-logs" && touch "$state/pod-logs/containers.log"
       sed "s|@LOGS_FILE@|$state/pod-logs/containers.log|" "$here/manifests/logs.yaml" >"$state/logs.yaml"
+      sed "/^options:/a\\
+  kubeApiserverPort: $port0\\
+  etcdPort: $((port0 + 1))\\
+  etcdPeerPort: $((port0 + 2))\\
+  kubeControllerManagerPort: $((port0 + 3))\\
+  kubeSchedulerPort: $((port0 + 4))\\
+  kwokControllerPort: $((port0 + 5))" "$here/kwokctl.yaml" >"$state/kwokctl.yaml"
       "$state/bin/kwokctl" --name "$name" create cluster \
         --runtime binary \
-        --config "$here/kwokctl.yaml" \
+        --config "$state/kwokctl.yaml" \
         --config "$here/manifests/stages.yaml" \
         --config "$state/logs.yaml" \
         --kubeconfig "$kubeconfig" \
