@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The local control plane: `cluster.sh up|down|status`.
+# The local control plane: `cluster.sh up|down|stop|start|status`.
 # up:     builds (or reuses) the pinned binaries, starts (or reuses) a kwok binary-runtime cluster
 #         (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok controller as local
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
 #         .cluster/kubeconfig and links kubectl, helm and kwokctl into .cluster/bin/.
 # down:   stops and deletes the cluster; no process of it is left running.
+# stop:   kills every process of the cluster (SIGKILL, as kwokctl stop does: etcd, kube-apiserver,
+#         controller manager, scheduler and kwok) and keeps its state (etcd's data, certificates,
+#         ports, kubeconfig): a crash of the whole control plane.
+# start:  starts a stopped cluster again; returns once /readyz answers and every node is Ready
+#         (but a node a test silenced, see tests/harness/faults.py).
 # status: says whether it runs, and lists its nodes.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +19,10 @@ state="$root/.cluster"
 name="ddp-$(printf '%s' "$root" | sha256sum | cut -c1-8)"
 kubeconfig="$state/kubeconfig"
 export KWOK_WORKDIR="$state/kwok"
+# Ports of its own too (10 from 20000..29999, below the ephemeral range): kwokctl would pick free
+# ones at creation, so clusters of two checkouts created at once could pick the same ports, and
+# another checkout's new cluster could take the ports of one that is stopped.
+port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 
@@ -59,9 +68,16 @@ up() {
       # Every pod's container log is the file .cluster/pod-logs/containers.log (tests write it).
       mkdir -p "$state/pod-logs" && touch "$state/pod-logs/containers.log"
       sed "s|@LOGS_FILE@|$state/pod-logs/containers.log|" "$here/manifests/logs.yaml" >"$state/logs.yaml"
+      sed "/^options:/a\\
+  kubeApiserverPort: $port0\\
+  etcdPort: $((port0 + 1))\\
+  etcdPeerPort: $((port0 + 2))\\
+  kubeControllerManagerPort: $((port0 + 3))\\
+  kubeSchedulerPort: $((port0 + 4))\\
+  kwokControllerPort: $((port0 + 5))" "$here/kwokctl.yaml" >"$state/kwokctl.yaml"
       "$state/bin/kwokctl" --name "$name" create cluster \
         --runtime binary \
-        --config "$here/kwokctl.yaml" \
+        --config "$state/kwokctl.yaml" \
         --config "$here/manifests/stages.yaml" \
         --config "$state/logs.yaml" \
         --kubeconfig "$kubeconfig" \
@@ -83,6 +99,58 @@ down() {
   log "cluster $name is down"
 }
 
+exists() { [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; }
+
+alive() { [[ -e /proc/$1 && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
+
+stop() {
+  exists || { log "cluster $name does not exist"; return 1; }
+  link_tools
+  local f pids=() pid t0=$SECONDS
+  for f in "$KWOK_WORKDIR/clusters/$name"/pids/*.pid; do
+    [[ -f "$f" ]] && pids+=("$(<"$f")")
+  done
+  # SIGKILL, not waiting (etcd's WAL keeps every acknowledged write); the pid files go.
+  "$state/bin/kwokctl" --name "$name" stop cluster >&2
+  for pid in "${pids[@]}"; do
+    while alive "$pid"; do
+      if ((SECONDS - t0 > 10)); then log "process $pid still running after 10s"; return 1; fi
+      sleep 0.1
+    done
+  done
+  log "cluster $name is stopped (state kept)"
+}
+
+start() {
+  exists || { log "cluster $name does not exist"; return 1; }
+  local t0=$SECONDS since
+  since="$(date -u +%Y-%m-%dT%H:%M:%S)"
+  link_tools
+  "$state/bin/kwokctl" --name "$name" start cluster >&2
+  until healthy; do
+    if ((SECONDS - t0 > 120)); then log "no /readyz after 120s"; return 1; fi
+    sleep 0.2
+  done
+  # kwok is back under a new identity: let it take every node's Lease now rather than when the
+  # old one expires (up to 20 s: the node lifecycle controller could mark the node Unknown).
+  # Not the Leases a test holds (tests/harness/faults.py) nor those kwok renewed already.
+  local lease
+  kubectl_ get lease -n kube-node-lease -o \
+    jsonpath='{range .items[*]}{.metadata.name} {.spec.holderIdentity} {.spec.renewTime}{"\n"}{end}' |
+    awk -v since="$since" '$2 != "ddp-operator.io/test-silenced" && $3 < since { print $1 }' |
+    while read -r lease; do
+      kubectl_ patch lease -n kube-node-lease "$lease" --type=merge \
+        -p '{"spec":{"leaseDurationSeconds":1}}' >/dev/null
+    done
+  # Every node but those a test silenced (tests/harness/faults.py marks them).
+  local -a nodes
+  mapfile -t nodes < <(kubectl_ get nodes -o \
+    jsonpath='{range .items[*]}node/{.metadata.name} {.metadata.annotations.ddp-operator\.io/test-silenced}{"\n"}{end}' |
+    awk 'NF == 1 { print $1 }')
+  ((${#nodes[@]} == 0)) || kubectl_ wait --for=condition=Ready "${nodes[@]}" --timeout=120s >/dev/null
+  log "cluster $name is started in $((SECONDS - t0))s"
+}
+
 status() {
   if [[ -x "$state/bin/kubectl" ]] && healthy; then
     echo "cluster $name: running; kubeconfig $kubeconfig"
@@ -97,7 +165,9 @@ status() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  stop) stop ;;
+  start) start ;;
   status) status ;;
   kubeconfig) echo "$kubeconfig" ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|stop|start|status|kubeconfig" >&2; exit 2 ;;
 esac

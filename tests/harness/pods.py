@@ -54,11 +54,22 @@ def wait_phase(cluster: Cluster, ns: str, name: str, want: str, timeout: float =
     )
 
 
-def finish(cluster: Cluster, ns: str, name: str, exit_code: int, via: str = "stage") -> None:
-    """End a Running pod's containers with ``exit_code`` (see the module docstring)."""
+def finish(
+    cluster: Cluster,
+    ns: str,
+    name: str,
+    exit_code: int,
+    via: str = "stage",
+    uid: str | None = None,
+) -> None:
+    """End a Running pod's containers with ``exit_code`` (see the module docstring). With
+    ``uid``, only that pod: the API server refuses (422, uid immutable) a newer pod of that name."""
+    guard = {"uid": uid} if uid else {}
     if via == "stage":
         cluster.core.patch_namespaced_pod(
-            name, ns, {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}}
+            name,
+            ns,
+            {"metadata": {**guard, "annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}},
         )
         return
     pod = get(cluster, ns, name)
@@ -87,10 +98,11 @@ def finish(cluster: Cluster, ns: str, name: str, exit_code: int, via: str = "sta
         name,
         ns,
         {
+            "metadata": guard,
             "status": {
                 "phase": "Succeeded" if exit_code == 0 else "Failed",
                 "containerStatuses": statuses,
-            }
+            },
         },
     )
 
