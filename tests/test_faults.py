@@ -27,27 +27,20 @@ def local(cluster: Cluster) -> Cluster:
     return cluster
 
 
-HOLD = "ddp-operator.io/test-hold"
-
-
 @pytest.mark.usefixtures("operator")
 def test_a_pod_held_by_a_finalizer_is_named_and_the_group_waits(
     cluster: Cluster, namespace: str
 ) -> None:
     jobs.apply(cluster, ddpjob("held", namespace, nodes=2))
     wait_running(cluster, namespace, "held", 2)
-    cluster.core.patch_namespaced_pod(
-        "held-worker-1", namespace, {"metadata": {"finalizers": [HOLD]}}
-    )
+    faults.hold_pod(cluster, namespace, "held-worker-1")
     pods.finish(cluster, namespace, "held-worker-0", 3)  # a group restart deletes worker 1
     job = jobs.wait_condition(cluster, namespace, "held", "Blocked", timeout=60)
     cond = jobs.condition(job, "Blocked")
     assert cond["reason"] == "PodStuckTerminating"
-    assert "held-worker-1" in cond["message"] and HOLD in cond["message"]
+    assert "held-worker-1" in cond["message"] and faults.FINALIZER_HOLD in cond["message"]
     assert job["status"]["phase"] == "Restarting"
-    cluster.core.patch_namespaced_pod(
-        "held-worker-1", namespace, {"metadata": {"finalizers": None}}
-    )
+    faults.release_pod(cluster, namespace, "held-worker-1")
     wait_running(cluster, namespace, "held", 2, attempt=1)
     jobs.wait_condition(cluster, namespace, "held", "Blocked", status="False")
 

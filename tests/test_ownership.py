@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import jobs, pods
+from harness import faults, jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
 from jobs import ddpjob
@@ -130,7 +130,7 @@ def test_a_recreated_job_waits_for_the_previous_jobs_pods_to_go(
     names = [w["metadata"]["name"] for w in wait_running(cluster, namespace, "prev", 2)]
     first = jobs.get(cluster, namespace, "prev")["metadata"]["uid"]
     for name in names:  # garbage collection lags: the old pods stay Terminating a while
-        cluster.core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": [HOLD]}})
+        faults.hold_pod(cluster, namespace, name)
     cluster.kubectl("delete", "ddpj", "prev", "-n", namespace, "--wait=false")
     wait_for(
         lambda: all(
@@ -143,11 +143,8 @@ def test_a_recreated_job_waits_for_the_previous_jobs_pods_to_go(
     assert f"DDPJob/prev (uid {first})" in cond["message"]
     assert owners(cluster, namespace, "prev") == {first}  # nothing new, nothing taken over
     for name in names:
-        cluster.core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+        faults.release_pod(cluster, namespace, name)
     wait_running(cluster, namespace, "prev", 2)
     uid = jobs.get(cluster, namespace, "prev")["metadata"]["uid"]
     assert uid != first and owners(cluster, namespace, "prev") == {uid}
     jobs.wait_condition(cluster, namespace, "prev", "Blocked", status="False")
-
-
-HOLD = "ddp-operator.io/test-hold"

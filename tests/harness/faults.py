@@ -1,5 +1,5 @@
 """Faults on the local kwok cluster: a node that stops answering, a control-plane outage, and a
-pod held in Terminating. Every function here needs the local cluster (``cluster.local``).
+pod held in Terminating. All but the held pod need the local cluster (``cluster.local``).
 
 **A silent node** (``silence_node``, ``revive_node``). kwok plays the kubelet of the nodes
 annotated ``kwok.x-k8s.io/node=fake`` (``hack/cluster/kwokctl.yaml``), but a running kwok v0.8.0
@@ -214,14 +214,12 @@ def control_plane_down(cluster: Cluster, seconds: float) -> Iterator[Outage]:
 def hold_pod(cluster: Cluster, ns: str, name: str) -> None:
     """Add the finalizer FINALIZER_HOLD: deleting the pod then leaves it Terminating. (The API
     server refuses new finalizers on a pod already being deleted: 422.)"""
-    _need_local(cluster, "hold_pod")
     # metadata.finalizers merges in a strategic merge patch: other finalizers are kept.
     cluster.core.patch_namespaced_pod(name, ns, {"metadata": {"finalizers": [FINALIZER_HOLD]}})
 
 
 def release_pod(cluster: Cluster, ns: str, name: str) -> None:
     """Remove FINALIZER_HOLD (a pod already gone is fine)."""
-    _need_local(cluster, "release_pod")
     patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER_HOLD]}}
     try:
         cluster.core.patch_namespaced_pod(name, ns, patch)
