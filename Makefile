@@ -10,13 +10,14 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
-	bench bench-quick
+	bench bench-quick chaos
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
 	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
+	@echo "make chaos [CHAOS_MINUTES=3] [CHAOS_SEED=n]   scripted jobs under random faults (local)"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +64,14 @@ bench: cluster-up
 
 bench-quick: cluster-up
 	$(BIN)/python bench/run.py --quick
+
+# Scripted jobs under random faults on the local cluster (brought up if needed); the faults,
+# the checks and the report: tests/harness/chaos.py.
+CHAOS_MINUTES ?= 3
+CHAOS_SEED ?=
+chaos: cluster-up
+	PYTHONPATH=tests $(BIN)/python -m harness.chaos --minutes $(CHAOS_MINUTES) \
+		$(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
 
 # For users with Docker: a kind cluster with the images, the chart and kwok's fake nodes.
 kind-up: $(STAMP)
