@@ -19,7 +19,7 @@ def failed(cluster: Cluster, ns: str, name: str, reason: str) -> dict:
     cond = jobs.condition(job, "Failed")
     assert cond["reason"] == reason, cond
     assert job["status"]["phase"] == "Failed"
-    wait_for(lambda: reason in [e["reason"] for e in jobs.events(cluster, ns, name)], timeout=10)
+    jobs.wait_event(cluster, ns, name, reason)
     assert workers(cluster, ns, name) == []
     out = cluster.kubectl("get", "ddpj", name, "-n", ns).stdout
     assert "Failed" in out
@@ -59,10 +59,7 @@ def test_exceeded_quota_blocks_the_job_until_it_passes(cluster: Cluster, namespa
     job = jobs.wait_condition(cluster, namespace, "quota", "Blocked")
     cond = jobs.condition(job, "Blocked")
     assert cond["reason"] == "QuotaExceeded" and "exceeded quota: q" in cond["message"]
-    wait_for(
-        lambda: "QuotaExceeded" in [e["reason"] for e in jobs.events(cluster, namespace, "quota")],
-        timeout=10,
-    )
+    jobs.wait_event(cluster, namespace, "quota", "QuotaExceeded")
     assert job["status"]["phase"] == "Pending"
     cluster.core.delete_namespaced_resource_quota("q", namespace)
     wait_running(cluster, namespace, "quota", 2, timeout=90)

@@ -76,8 +76,8 @@ def test_failed_worker_restarts_group_then_job_fails(cluster: Cluster, namespace
     assert {w["metadata"]["uid"] for w in second}.isdisjoint({w["metadata"]["uid"] for w in first})
     job = jobs.get(cluster, namespace, "flaky")
     assert job["status"]["restarts"] == 1
-    restart = [e for e in jobs.events(cluster, namespace, "flaky") if e["reason"] == "WorkerFailed"]
-    assert restart and "flaky-worker-2 exited with code 3" in restart[0]["message"]
+    restart = jobs.wait_event(cluster, namespace, "flaky", "WorkerFailed")
+    assert "flaky-worker-2 exited with code 3" in restart[0]["message"]
     assert restart[0]["type"] == "Warning"
     assert env(second[0])["DDP_ATTEMPT"] == "1"
 
@@ -101,7 +101,7 @@ def test_deleted_worker_restarts_group(cluster: Cluster, namespace: str) -> None
     wait_running(cluster, namespace, "del", 2)
     pods.delete(cluster, namespace, "del-worker-1")
     wait_running(cluster, namespace, "del", 2, attempt=1)
-    failed = [e for e in jobs.events(cluster, namespace, "del") if e["reason"] == "WorkerFailed"]
+    failed = jobs.wait_event(cluster, namespace, "del", "WorkerFailed")
     assert len(failed) == 1 and "del-worker-1 was deleted" in failed[0]["message"]
     assert jobs.get(cluster, namespace, "del")["status"]["restarts"] == 1
 
@@ -194,7 +194,13 @@ def test_unschedulable_job_says_why(cluster: Cluster, namespace: str) -> None:
     message = jobs.condition(job, "Unschedulable")["message"]
     assert "nvidia.com/gpu" in message and "huge-worker-" in message
     assert job["status"]["phase"] == "Pending"
-    assert any(e["reason"] == "Unschedulable" for e in jobs.events(cluster, namespace, "huge"))
+    wait_for(
+        lambda: any(
+            e["reason"] == "Unschedulable" for e in jobs.events(cluster, namespace, "huge")
+        ),
+        timeout=10,
+        what="the Unschedulable Event",
+    )
 
 
 def test_operator_killed_mid_creation_converges(cluster: Cluster, crd: str) -> None:

@@ -25,11 +25,7 @@ def blocked(cluster: Cluster, ns: str, name: str, reason: str) -> dict:
         timeout=60,
         what=f"{name} Blocked/{reason}",
     )
-    wait_for(
-        lambda: reason in [e["reason"] for e in jobs.events(cluster, ns, name)],
-        timeout=10,
-        what=f"a {reason} Event",
-    )
+    jobs.wait_event(cluster, ns, name, reason)
     return cond
 
 

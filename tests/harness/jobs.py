@@ -63,6 +63,18 @@ def events(cluster: Cluster, ns: str, name: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
 
+def wait_event(
+    cluster: Cluster, ns: str, name: str, reason: str, timeout: float = 15
+) -> list[dict[str, Any]]:
+    """Wait for Events of this reason on the DDPJob (the operator posts them after writing the
+    status, so they may trail it); returns them, oldest first."""
+    return wait_for(
+        lambda: [e for e in events(cluster, ns, name) if e["reason"] == reason],
+        timeout=timeout,
+        what=f"a {reason} Event on {ns}/{name}",
+    )
+
+
 def workers(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
     """The job's worker pods, by worker index."""
     found = pods.list_pods(cluster, ns, f"ddp-operator.io/job-name={job}")
