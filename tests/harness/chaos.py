@@ -10,7 +10,8 @@ order:
     operator  the operator SIGKILLed, a new one started 0-3 s later
     control   the control plane stopped for 5-20 s (harness.faults.control_plane_down)
     delete    a Running worker pod deleted
-    silence   a node silenced for 25-40 s (Ready=Unknown after ~20 s), then revived
+    silence   a node silenced for 20-80 s (Ready=Unknown after ~20 s; later, its pods are
+              evicted once their toleration of the unreachable taint runs out), then revived
     hold      a Running worker pod held by the test finalizer and deleted, so it stays
               Terminating for 5-20 s, then released
 
@@ -55,8 +56,9 @@ def log(msg: str) -> None:
 class Chaos:
     """One chaos run in namespace ``ns``."""
 
-    def __init__(self, cluster: Cluster, rng: random.Random):
-        self.cluster, self.rng = cluster, rng
+    def __init__(self, cluster: Cluster, seed: int, minutes: float):
+        self.cluster, self.rng = cluster, random.Random(seed)
+        self.seed, self.minutes = seed, minutes
         self.ns = f"ddp-chaos-{uuid.uuid4().hex[:6]}"
         self.jobs: list[ScriptedJob] = []
         self.injected: Counter[str] = Counter()
@@ -139,7 +141,7 @@ class Chaos:
             node = rng.choice(sorted(n.metadata.name for n in cluster.core.list_node().items))
             faults.silence_node(cluster, node)
             self.silenced, what = node, f"silence {node}"
-            self.later(rng.uniform(25, 40), f"revive {node}", functools.partial(self._revive, node))
+            self.later(rng.uniform(20, 80), f"revive {node}", functools.partial(self._revive, node))
         else:
             pod = self.running_worker()
             try:
@@ -166,9 +168,9 @@ class Chaos:
         faults.revive_node(cluster=self.cluster, node=node)
         self.silenced = None
 
-    def run(self, minutes: float, settle: float) -> tuple[dict[str, str], list[str], list[str]]:
+    def run(self, settle: float) -> tuple[dict[str, str], list[str], list[str]]:
         """The faulty phase, then the settling; returns phases, verify problems, duplicates."""
-        start = time.monotonic()
+        start, minutes = time.monotonic(), self.minutes
         deadline = start + minutes * 60
         next_wave, next_fault, waves, count = start, start + 3, 0, 0
         max_waves, max_faults = int(minutes * 4) + 1, int(minutes * 15) + 1
@@ -233,10 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     log(f"seed {seed} (repeat: make chaos CHAOS_SEED={seed}); {args.minutes} minutes")
     cluster = connect()
     assert cluster.local, "make chaos injects faults into the local cluster only (unset KUBECONFIG)"
-    chaos = Chaos(cluster, random.Random(seed))
+    chaos = Chaos(cluster, seed, args.minutes)
     try:
         chaos.start()
-        phases, problems, dups = chaos.run(args.minutes, args.settle)
+        phases, problems, dups = chaos.run(args.settle)
         lost = chaos.lost(phases)
         chaos.stop()
     except BaseException:

@@ -14,7 +14,7 @@ FAULT_NAMES = {
     "operator": "operator SIGKILLed and restarted",
     "control": "control plane stopped 5-20 s",
     "delete": "worker pod deleted",
-    "silence": "node silenced 25-40 s, then revived",
+    "silence": "node silenced 20-80 s, then revived",
     "hold": "worker pod held Terminating 5-20 s, then released",
 }
 
@@ -23,7 +23,13 @@ def report(
     chaos: Chaos, phases: dict[str, str], problems: list[str], dups: list[str], lost: list[str]
 ) -> int:
     """Print the report; returns how many must-be-0 rows are not 0."""
-    lines = ["", "| fault | injected | skipped (no target) |", "|---|---|---|"]
+    lines = [
+        "",
+        f"Chaos run: seed {chaos.seed}, {chaos.minutes:g} minutes of faults, namespace {chaos.ns}.",
+        "",
+        "| fault | injected | skipped (no target) |",
+        "|---|---|---|",
+    ]
     for kind, name in FAULT_NAMES.items():
         lines.append(f"| {name} | {chaos.injected[kind]} | {chaos.skipped[kind]} |")
 
