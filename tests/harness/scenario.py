@@ -150,6 +150,14 @@ class PodRecord:
     live: list[int] = field(default_factory=list)  # [first seq, end seq or none yet]
     phase: str = "Pending"  # the last seen
     node: str | None = None
+    asked: bool = False  # its deletion was requested (seen terminating) before it went
+
+    @property
+    def snatched(self) -> bool:
+        """Gone while live without any deletion being requested: only a forced delete by name
+        does that (kwok's pod-delete stage, acting late for an earlier pod of the same name;
+        the operator force-deletes only pods already terminating)."""
+        return self.deleted is not None and not self.asked and self.phase not in FINISHED
 
 
 class Ledger(PodWatch):
@@ -158,6 +166,7 @@ class Ledger(PodWatch):
     def __init__(self, cluster: Cluster, ns: str):
         super().__init__(cluster, ns)
         self.records: dict[str, PodRecord] = {}
+        self.snatched: list[str] = []  # set by duplicates()
         self._seq = itertools.count()
         self._lock = threading.Lock()
 
@@ -183,6 +192,8 @@ class Ledger(PodWatch):
                 self.records[rec.uid] = rec
             rec.phase = (pod.get("status") or {}).get("phase") or rec.phase
             rec.node = (pod.get("spec") or {}).get("nodeName") or rec.node
+            if type_ != "DELETED" and meta.get("deletionTimestamp"):
+                rec.asked = True
             if type_ == "DELETED":
                 self._end(rec, gone=True)
             elif rec.phase in FINISHED:
@@ -200,8 +211,11 @@ class Ledger(PodWatch):
             return [dataclasses.replace(r, live=list(r.live)) for r in self.records.values()]
 
     def duplicates(self) -> list[str]:
-        """Workers of one attempt created more than once; two live pods of one worker index."""
+        """Workers of one attempt created more than once; two live pods of one worker index.
+        A worker re-created after its pod was snatched (see ``PodRecord.snatched``) is listed in
+        ``self.snatched`` instead."""
         recs = self.snapshot()
+        self.snatched = []
         found = []
         by_attempt: dict[tuple[str, int, int], list[PodRecord]] = defaultdict(list)
         by_index: dict[tuple[str, int], list[PodRecord]] = defaultdict(list)
@@ -211,7 +225,12 @@ class Ledger(PodWatch):
         for (job, index, attempt), same in sorted(by_attempt.items()):
             if len(same) > 1:
                 uids = ", ".join(f"{r.name} {r.uid}" for r in same)
-                found.append(f"{job} worker {index} attempt {attempt}: {len(same)} pods ({uids})")
+                what = f"{job} worker {index} attempt {attempt}: {len(same)} pods ({uids})"
+                same.sort(key=lambda r: r.live[0])
+                if all(r.snatched for r in same[:-1]):
+                    self.snatched.append(what)  # re-created after kwok took it: not a duplicate
+                else:
+                    found.append(what)
         for (job, index), same in sorted(by_index.items()):
             same.sort(key=lambda r: r.live[0])
             for a, b in itertools.pairwise(same):
