@@ -154,10 +154,11 @@ class PodRecord:
 
     @property
     def snatched(self) -> bool:
-        """Gone while live without any deletion being requested: only a forced delete by name
-        does that (kwok's pod-delete stage, acting late for an earlier pod of the same name;
-        the operator force-deletes only pods already terminating)."""
-        return self.deleted is not None and not self.asked and self.phase not in FINISHED
+        """Gone without a deletion ever being requested: kwok's pod-delete stage, acting late
+        for an earlier pod of the same name, deletes by name at once. (The operator deletes a
+        pod of the current attempt only when it starts the next attempt or the job is over, and
+        force-deletes only pods already terminating.)"""
+        return self.deleted is not None and not self.asked
 
 
 class Ledger(PodWatch):
