@@ -136,17 +136,17 @@ class JobRunner:
         now, generation = datetime.now(UTC), meta.get("generation", 0)
         plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, self.seen)
         # Suspending deletes the pods on purpose: they are not failures when the job resumes.
+        own, _ = obstacles.split(job, pods)
         self.seen = (
             set()
             if job.suspend
-            else {(p.name, p.attempt) for p in pods if p.owner_uid == job.uid}
-            | {s for s in self.seen if s[1] >= plan.attempt}
+            else {(p.name, p.attempt) for p in own} | {s for s in self.seen if s[1] >= plan.attempt}
         )
-        await self.execute(job, body, plan)
+        await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         return plan.requeue_after
 
-    async def execute(self, job: Any, body: Mapping[str, Any], plan: reconcile.Plan) -> None:
+    async def execute(self, job: Any, plan: reconcile.Plan) -> None:
         """Carry out a plan. One that removes anything or starts a new attempt records its status
         (and Events) first, so that a crash half-way can never make its own deletions look like
         failures; one that only creates pods creates them first and records the status after,
