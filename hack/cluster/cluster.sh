@@ -11,6 +11,8 @@
 # start:  starts a stopped cluster again; returns once /readyz answers and every node is Ready
 #         (but a node a test silenced, see tests/harness/faults.py).
 # status: says whether it runs, and lists its nodes.
+# DDP_AUDIT=<audit policy file> at creation turns on the API server's audit log (in the cluster's
+# logs directory): it tells who deleted or created what, e.g. a fake kubelet acting late.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -76,7 +78,7 @@ up() {
   kubeSchedulerPort: $((port0 + 4))\\
   kwokControllerPort: $((port0 + 5))" "$here/kwokctl.yaml" >"$state/kwokctl.yaml"
       "$state/bin/kwokctl" --name "$name" create cluster \
-        --runtime binary \
+        --runtime binary ${DDP_AUDIT:+--kube-audit-policy "$DDP_AUDIT"} \
         --config "$state/kwokctl.yaml" \
         --config "$here/manifests/stages.yaml" \
         --config "$state/logs.yaml" \

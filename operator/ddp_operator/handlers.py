@@ -70,9 +70,16 @@ def worker_pods(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) 
 
 
 @kopf.on.event("pods", labels={c.LABEL_JOB: kopf.PRESENT})
-def pod_changed(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    """A worker pod changed: wake its job's loop."""
-    runners.poke((namespace, labels[c.LABEL_JOB]))
+def pod_changed(
+    type: str | None, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any
+) -> None:
+    """A worker pod changed: wake its job's loop (telling it of a pod that is gone)."""
+    key = (namespace, labels[c.LABEL_JOB])
+    if type == "DELETED":
+        pod = observe(body)
+        if pod is not None:
+            runners.gone(key, pod)
+    runners.poke(key)
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

@@ -23,6 +23,7 @@ from . import builders, metrics, obstacles, reconcile
 from .failures import Failure, NameConflict, StepFailed, api_message, classify
 from .jobspec import JobSpec, SpecError, resolve
 from .kube import JobGone, Kube
+from .memory import Memory
 from .workers import WorkerPod, controller
 
 log = logging.getLogger(__name__)
@@ -43,16 +44,26 @@ class JobRunner:
         self.body = body
         self.kube = kube
         self.pods = pods
-        self.status: dict[str, Any] = dict(body.get("status") or {})
+        self.memory = Memory(body.get("status"))
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
-        self.seen: set[tuple[str, int]] = set()  # (name, attempt) of own pods observed
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
     def update(self, body: Mapping[str, Any]) -> None:
-        """A new version of the job was observed."""
+        """A new version of the job was observed (its status is taken if further on)."""
         self.body = body
+        if self.memory.adopt(body.get("status")):
+            log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
         self.wake.set()
+
+    def gone(self, pod: WorkerPod) -> None:
+        """One of the pods with the job's labels was deleted."""
+        self.memory.gone(pod, (self.body.get("metadata") or {}).get("uid"))
+        self.wake.set()
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.memory.status
 
     def poke(self) -> None:
         """One of the job's pods changed."""
@@ -114,7 +125,8 @@ class JobRunner:
                 plan = reconcile.rejected(self.status, failure, now, generation)
             else:
                 pods = self.pods(self.key)
-                plan = reconcile.plan(job, self.status, pods, now, generation, failure, self.seen)
+                seen = self.memory.seen
+                plan = reconcile.plan(job, self.status, pods, now, generation, failure, seen)
                 # Only the report; the actions are retried by the next pass.
                 plan.create, plan.delete, plan.force_delete = [], [], []
                 plan.delete_job = False
@@ -134,14 +146,10 @@ class JobRunner:
         job = resolve(body)
         pods = self.pods(self.key)
         now, generation = datetime.now(UTC), meta.get("generation", 0)
-        plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, self.seen)
-        # Suspending deletes the pods on purpose: they are not failures when the job resumes.
+        seen = self.memory.seen
+        plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, seen)
         own, _ = obstacles.split(job, pods)
-        self.seen = (
-            set()
-            if job.suspend
-            else {(p.name, p.attempt) for p in own} | {s for s in self.seen if s[1] >= plan.attempt}
-        )
+        self.memory.passed(own, plan.attempt, job.suspend)
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         return plan.requeue_after
@@ -156,6 +164,7 @@ class JobRunner:
             await self.record(plan)
         removals = [(p, False) for p in plan.delete] + [(p, True) for p in plan.force_delete]
         if removals:
+            self.memory.deleting(p for p, _ in removals)
             await _all(
                 (
                     f"deleting pod {p.name}",
@@ -206,7 +215,7 @@ class JobRunner:
 
     @property
     def attempt(self) -> int:
-        return int(self.status.get("restarts") or 0)
+        return self.memory.attempt
 
     async def record(self, plan: reconcile.Plan) -> None:
         """Write what changed in the status, then post the plan's Events."""
@@ -270,6 +279,12 @@ class Runners:
         """A loop ended by itself (its job is gone): forget it, unless replaced already."""
         if self._runners.get(key) is runner:
             del self._runners[key]
+
+    def gone(self, key: Key, pod: WorkerPod) -> None:
+        """A pod of the job was deleted."""
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner.gone(pod)
 
     def poke(self, key: Key) -> None:
         """A pod of the job changed."""

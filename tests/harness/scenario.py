@@ -60,7 +60,13 @@ class ScriptedJob:
         return 3 if index == 1 else None
 
     def manifest(self, ns: str) -> dict[str, Any]:
-        return ddpjob(self.name, ns, nodes=self.nodes, backoffLimit=self.backoff_limit)
+        """The DDPJob. Its pods have a zero grace period, so the API server removes a deleted
+        one at once: kwok's pod-delete stage deletes by name with no UID precondition (a kubelet
+        uses one), and acting late it deleted newer pods of the same name (the API server's audit
+        log showed kwok-controller deleting a pod the operator had just re-created)."""
+        job = ddpjob(self.name, ns, nodes=self.nodes, backoffLimit=self.backoff_limit)
+        job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 0
+        return job
 
 
 def _by_name(jobs: list[ScriptedJob]) -> dict[str, ScriptedJob]:
@@ -148,17 +154,22 @@ class PodRecord:
     first_seen: float
     deleted: float | None = None
     live: list[int] = field(default_factory=list)  # [first seq, end seq or none yet]
+    clock: float = field(default_factory=lambda: time.time() - time.monotonic())
     phase: str = "Pending"  # the last seen
     node: str | None = None
     asked: bool = False  # its deletion was requested (seen terminating) before it went
 
-    @property
-    def snatched(self) -> bool:
-        """Gone without a deletion ever being requested: kwok's pod-delete stage, acting late
-        for an earlier pod of the same name, deletes by name at once. (The operator deletes a
-        pod of the current attempt only when it starts the next attempt or the job is over, and
-        force-deletes only pods already terminating.)"""
-        return self.deleted is not None and not self.asked
+    def describe(self) -> str:
+        """The pod, when it was seen (wall clock) and how it ended."""
+
+        def at(t: float | None) -> str:
+            if t is None:
+                return "-"
+            return time.strftime("%H:%M:%S", time.localtime(t + self.clock)) + f"{t % 1:.3f}"[1:]
+
+        ended = "deletion asked" if self.asked else "no deletion asked"
+        seen, gone = at(self.first_seen), at(self.deleted)
+        return f"{self.uid} seen {seen}, gone {gone}, {ended}, {self.phase}"
 
 
 class Ledger(PodWatch):
@@ -167,7 +178,6 @@ class Ledger(PodWatch):
     def __init__(self, cluster: Cluster, ns: str):
         super().__init__(cluster, ns)
         self.records: dict[str, PodRecord] = {}
-        self.snatched: list[str] = []  # set by duplicates()
         self._seq = itertools.count()
         self._lock = threading.Lock()
 
@@ -212,11 +222,8 @@ class Ledger(PodWatch):
             return [dataclasses.replace(r, live=list(r.live)) for r in self.records.values()]
 
     def duplicates(self) -> list[str]:
-        """Workers of one attempt created more than once; two live pods of one worker index.
-        A worker re-created after its pod was snatched (see ``PodRecord.snatched``) is listed in
-        ``self.snatched`` instead."""
+        """Workers of one attempt created more than once; two live pods of one worker index."""
         recs = self.snapshot()
-        self.snatched = []
         found = []
         by_attempt: dict[tuple[str, int, int], list[PodRecord]] = defaultdict(list)
         by_index: dict[tuple[str, int], list[PodRecord]] = defaultdict(list)
@@ -225,13 +232,9 @@ class Ledger(PodWatch):
             by_index[rec.job, rec.index].append(rec)
         for (job, index, attempt), same in sorted(by_attempt.items()):
             if len(same) > 1:
-                uids = ", ".join(f"{r.name} {r.uid}" for r in same)
+                uids = ", ".join(r.describe() for r in same)
                 what = f"{job} worker {index} attempt {attempt}: {len(same)} pods ({uids})"
-                same.sort(key=lambda r: r.live[0])
-                if all(r.snatched for r in same[:-1]):
-                    self.snatched.append(what)  # re-created after kwok took it: not a duplicate
-                else:
-                    found.append(what)
+                found.append(what)
         for (job, index), same in sorted(by_index.items()):
             same.sort(key=lambda r: r.live[0])
             for a, b in itertools.pairwise(same):

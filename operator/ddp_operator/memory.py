@@ -1,0 +1,64 @@
+"""What a job loop remembers between passes, beyond what the watch shows it.
+
+The watch-fed index shows the job's pods as they are now; the planner also needs to know which
+pods of the current attempt existed before (a worker whose pod is gone has failed and is never
+re-created in the same attempt), and the loop needs the status it wrote last (a pass may run
+before the watch echoes that write back). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .reconcile import FINISHED_PHASES
+from .workers import WorkerPod
+
+
+class Memory:
+    """The status last written, the (name, attempt) of the job's own pods known to have
+    existed, and the UIDs of pods the loop itself deleted."""
+
+    def __init__(self, status: Mapping[str, Any] | None = None):
+        self.status: dict[str, Any] = dict(status or {})
+        self.seen: set[tuple[str, int]] = set()
+        self.removed: set[str] = set()
+
+    @property
+    def attempt(self) -> int:
+        return int(self.status.get("restarts") or 0)
+
+    def adopt(self, observed: Mapping[str, Any] | None) -> bool:
+        """Take an observed status if it is further on than the one remembered (a later
+        attempt, or finished): written by an earlier operator whose last requests landed after
+        this one had read the job. Returns whether it was taken."""
+        observed = observed or {}
+        later = int(observed.get("restarts") or 0) > self.attempt
+        finished = (
+            observed.get("phase") in FINISHED_PHASES
+            and self.status.get("phase") not in FINISHED_PHASES
+        )
+        if later or finished:
+            self.status = dict(observed)
+        return later or finished
+
+    def passed(self, own: Iterable[WorkerPod], attempt: int, suspended: bool) -> None:
+        """After a plan: remember the own pods observed in it; forget earlier attempts (and
+        everything while suspended: those pods are deleted on purpose)."""
+        if suspended:
+            self.seen = set()
+            return
+        self.seen = {(p.name, p.attempt) for p in own} | {s for s in self.seen if s[1] >= attempt}
+
+    def deleting(self, pods: Iterable[WorkerPod]) -> None:
+        """The loop is deleting these pods: their going is no failure."""
+        self.removed.update(p.uid for p in pods if p.uid)
+
+    def gone(self, pod: WorkerPod, job_uid: str | None) -> None:
+        """A pod with the job's labels was deleted. If it was the job's own and the loop did not
+        delete it, its worker counts as failed, even if no pass saw the pod while it existed
+        (created and deleted between two passes)."""
+        if pod.uid in self.removed:
+            self.removed.discard(pod.uid)
+        elif job_uid is not None and pod.owner_uid == job_uid:
+            self.seen.add((pod.name, pod.attempt))

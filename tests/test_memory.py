@@ -1,0 +1,79 @@
+"""Unit tests of a job loop's memory, with the planner: a worker whose pod was created and
+deleted between two passes is a failure, a pod the loop deleted is not, and a status written
+by an earlier operator that landed late is taken."""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, datetime
+
+from ddp_operator.jobspec import resolve
+from ddp_operator.memory import Memory
+from ddp_operator.reconcile import plan
+from ddp_operator.workers import WorkerPod
+
+from jobs import ddpjob
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+own = functools.partial(WorkerPod, owner_uid="u")
+
+
+def job(**spec):
+    body = ddpjob("j", "ns", **spec)
+    body["metadata"]["uid"] = "u"
+    return resolve(body)
+
+
+def step(j, memory: Memory, observed: list[WorkerPod]):
+    """One pass as the runner makes it: plan, remember, take the status as written."""
+    p = plan(j, memory.status, observed, NOW, 1, None, memory.seen)
+    own_pods = [pod for pod in observed if pod.owner_uid == "u"]
+    memory.passed(own_pods, p.attempt, j.suspend)
+    memory.deleting(p.delete + p.force_delete)
+    memory.status.update(p.status)
+    return p
+
+
+def test_a_pod_created_and_deleted_between_two_passes_is_a_failure_not_recreated() -> None:
+    j, memory = job(nodes=2), Memory()
+    assert step(j, memory, []).create == [0, 1]
+    # worker-1 appears, then is deleted by someone before any pass saw it
+    memory.gone(own("j-worker-1", 1, 0, uid="p1"), "u")
+    p = step(j, memory, [own("j-worker-0", 0, 0, uid="p0")])
+    assert p.create == [] and memory.status["restarts"] == 1
+    assert any("j-worker-1 was deleted" in c["message"] for c in memory.status["conditions"])
+
+
+def test_without_that_knowledge_the_missing_worker_would_be_created_again() -> None:
+    j, memory = job(nodes=2), Memory()
+    step(j, memory, [])
+    p = step(j, memory, [own("j-worker-0", 0, 0, uid="p0")])
+    assert p.create == [1] and memory.attempt == 0
+
+
+def test_pods_the_loop_deleted_are_no_failure_when_they_go() -> None:
+    j, memory = job(nodes=2, suspend=True), Memory()
+    running = [own(f"j-worker-{i}", i, 0, "Running", uid=f"p{i}") for i in range(2)]
+    p = step(j, memory, running)
+    assert [d.uid for d in p.delete] == ["p0", "p1"]
+    for pod in running:  # their DELETED events come after the job was resumed
+        memory.gone(pod, "u")
+    p = step(job(nodes=2), memory, [])
+    assert p.create == [0, 1] and memory.attempt == 0 and memory.removed == set()
+
+
+def test_a_foreign_pod_gone_means_nothing() -> None:
+    j, memory = job(nodes=2), Memory()
+    step(j, memory, [])
+    memory.gone(WorkerPod("j-worker-1", 1, 0, uid="x", owner_uid="other"), "u")
+    assert step(j, memory, []).create == [0, 1] and memory.attempt == 0
+
+
+def test_a_later_status_written_by_an_earlier_operator_is_taken() -> None:
+    memory = Memory({"restarts": 1, "phase": "Running"})
+    assert not memory.adopt({"restarts": 1, "phase": "Pending"})  # an echo of an older write
+    assert memory.adopt({"restarts": 2, "phase": "Restarting"})
+    assert memory.attempt == 2
+    assert memory.adopt({"restarts": 2, "phase": "Failed"})
+    assert not memory.adopt({"restarts": 2, "phase": "Running"})
+    assert memory.status["phase"] == "Failed"
