@@ -1,0 +1,422 @@
+#!/usr/bin/env bash
+# One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh):
+# `realnode.sh up|down|image|smoke|status`.
+# up:     builds (or reuses) kubelet, containerd, ctr and the CNI plugins (build.sh real-node) and the
+#         pause image, then starts containerd and a kubelet that registers node real-node-0
+#         (label ddp-operator.io/node=real, taint ddp-operator.io/real-node:NoSchedule: only pods
+#         that tolerate it land there) with the cluster of .cluster/kubeconfig. Pods get addresses
+#         of 198.18.0.0/24 on the bridge ddp0 (a route to 198.18.0.0/15 only: no way off the host).
+#         Everything lives in .cluster/realnode/ but what kubelet and containerd put at fixed
+#         places (/var/log/containers, /run/containerd/s, /var/lib/cni/results, cgroups
+#         "kubepods", six sysctls), which down undoes.
+# down:   deletes the node's pods and the Node, stops kubelet, kills and removes every container
+#         (ctr), stops containerd, unmounts and removes .cluster/realnode/, deletes ddp0, the
+#         kubepods cgroups and the kubelet's log links, and restores the sysctls kubelet changed.
+# image:  builds (or reuses) the test image, Debian bookworm minbase with python3 (debootstrap),
+#         and imports it when the node runs; prints its name.
+# smoke:  runs a pod on the real node with that image and checks its log and address.
+# Needs root, runc (apt-get install runc) and, for image, debootstrap.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+state="$root/.cluster"
+rn="$state/realnode"
+kubeconfig="$state/kubeconfig"
+cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
+node=real-node-0
+bridge=ddp0
+subnet=198.18.0.0/24
+# The cluster's ports are port0..port0+5 (cluster.sh, same formula); the kubelet takes the next two.
+port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
+kubelet_port=$((port0 + 6))
+healthz_port=$((port0 + 7))
+sock="$rn/containerd/containerd.sock"
+sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+
+log() { echo "[realnode $(date +%H:%M:%S)] $*" >&2; }
+die() { log "$*"; exit 1; }
+kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+ctr_() { "$bin/ctr" --address "$sock" --namespace k8s.io "$@"; }
+alive() { [[ -e /proc/$1 && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
+pid_of() { [[ -f "$rn/$1.pid" ]] && alive "$(<"$rn/$1.pid")" && cat "$rn/$1.pid"; }
+
+tools() {
+  bin="$("$here/build.sh" real-node)"
+  runc="$(command -v runc)" || die "runc is missing: apt-get install runc"
+}
+
+# stop NAME: SIGTERM, then SIGKILL after 20 s, the process recorded in NAME.pid.
+stop() {
+  local pid t0=$SECONDS
+  pid="$(pid_of "$1")" || { rm -f "$rn/$1.pid"; return 0; }
+  kill -TERM "$pid"
+  while alive "$pid"; do
+    if ((SECONDS - t0 > 20)); then kill -KILL "$pid"; fi
+    sleep 0.2
+  done
+  rm -f "$rn/$1.pid"
+  log "$1 stopped"
+}
+
+# image_tar NAME REF ROOTFS ARGS...: an OCI archive of ROOTFS as REF, cached as NAME.
+image_tar() {
+  local name=$1 ref=$2 rootfs=$3; shift 3
+  local out="$cache/images/$name.tar"
+  if [[ ! -f "$out" ]]; then
+    mkdir -p "$cache/images"
+    python3 "$here/ociimage.py" --name "$ref" --rootfs "$rootfs" "$@" "$out"
+  fi
+  echo "$out"
+}
+
+pause_image() {
+  local key dir
+  key="$(sha256sum "$bin/pause" | cut -c1-12)"
+  pause_ref="ddp-operator.io/pause:$key"
+  dir="$(mktemp -d)"
+  install -m 0755 "$bin/pause" "$dir/pause"
+  pause_tar="$(image_tar "pause-$key" "$pause_ref" "$dir" --entrypoint '["/pause"]')"
+  rm -rf "$dir"
+}
+
+# The test image: Debian bookworm, minbase, python3; keyed by the build's date (the mirror moves)
+# and the package list, so a day's builds share it and DDP_IMAGE_DATE=YYYYMMDD picks another.
+python_image() {
+  local suite=bookworm include=python3 date key rootfs mirror t0=$SECONDS
+  date="${DDP_IMAGE_DATE:-$(date -u +%Y%m%d)}"
+  key="$suite-$include-$date"
+  python_ref="ddp-operator.io/python:$suite-$date"
+  python_tar="$cache/images/python-$key.tar"
+  [[ -f "$python_tar" ]] && return 0
+  command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
+  mirror="$(awk '/^URIs:/ && $2 ~ /debian$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources \
+    /etc/apt/sources.list 2>/dev/null || true)"
+  mirror="${mirror:-http://deb.debian.org/debian}"
+  rootfs="$cache/images/python-$key.rootfs"
+  rm -rf "$rootfs"
+  log "debootstrap $suite (minbase, $include) from $mirror"
+  nice -n 10 debootstrap --variant=minbase --include="$include" "$suite" "$rootfs" "$mirror" \
+    >"$cache/images/python-$key.log" 2>&1 || die "debootstrap failed: $cache/images/python-$key.log"
+  # Nothing the image needs: package lists and caches, documentation.
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/usr/share/doc/* \
+    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
+  log "rootfs $(du -sh "$rootfs" | cut -f1) in $((SECONDS - t0))s"
+  image_tar "python-$key" "$python_ref" "$rootfs" --gzip --cmd '["python3"]' >/dev/null
+  rm -rf "$rootfs"
+  log "image $python_ref: $(du -h "$python_tar" | cut -f1) in $((SECONDS - t0))s"
+}
+
+import() {
+  ctr_ images import --snapshotter overlayfs "$1" >/dev/null 2>>"$rn/ctr.log" ||
+    die "import of $1 failed: $rn/ctr.log"
+}
+
+write_configs() {
+  mkdir -p "$rn/containerd" "$rn/cni/net.d" "$rn/kubelet" "$rn/pod-logs" "$rn/runc"
+  cat >"$rn/containerd/config.toml" <<EOF
+version = 3
+root = "$rn/containerd/root"
+state = "$rn/containerd/state"
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$rn/containerd/opt"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$pause_ref"
+[plugins.'io.containerd.cri.v1.runtime']
+  # Without CAP_SYS_RESOURCE runc cannot lower oom_score_adj below its own ("can't get final
+  # child's PID from pipe: EOF"): keep containers at or above containerd's.
+  restrict_oom_score_adj = true
+  # Network namespaces under the state directory, not /run/netns.
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    BinaryName = "$runc"
+    Root = "$rn/runc"
+    SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$bin"]
+    conf_dir = "$rn/cni/net.d"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+EOF
+  # A route to 198.18.0.0/15 through the bridge and no default route: a pod reaches the host and
+  # the other pods, nothing else (ip_forward stays as it is; no masquerading).
+  cat >"$rn/cni/net.d/10-ddp.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "ddp",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$bridge",
+      "isGateway": true,
+      "isDefaultGateway": false,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$rn/cni/ipam",
+        "ranges": [[{"subnet": "$subnet"}]],
+        "routes": [{"dst": "198.18.0.0/15"}]
+      }
+    },
+    {"type": "loopback"}
+  ]
+}
+EOF
+  cat >"$rn/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $kubelet_port
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $healthz_port
+# The apiserver (kwokctl's) has no kubelet client certificate: anonymous and allowed, so that
+# kubectl logs/exec work. Loopback only.
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+containerRuntimeEndpoint: unix://$sock
+imageServiceEndpoint: unix://$sock
+cgroupDriver: cgroupfs
+failSwapOn: false
+# This host mounts cgroup v1, which kubelet 1.35+ refuses unless told otherwise.
+failCgroupV1: false
+podLogsDir: $rn/pod-logs
+registerWithTaints:
+- key: ddp-operator.io/real-node
+  effect: NoSchedule
+serializeImagePulls: false
+rotateCertificates: false
+serverTLSBootstrap: false
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 5%
+  imagefs.available: 5%
+imageGCHighThresholdPercent: 95
+imageGCLowThresholdPercent: 90
+EOF
+}
+
+save_sysctls() {
+  [[ -f "$rn/sysctl.saved" ]] && return 0
+  local k
+  for k in "${sysctls[@]}"; do echo "$k=$(sysctl -n "$k")"; done >"$rn/sysctl.saved"
+}
+
+restore_sysctls() {
+  [[ -f "$rn/sysctl.saved" ]] || return 0
+  local line
+  while read -r line; do
+    [[ "$(sysctl -n "${line%%=*}")" == "${line#*=}" ]] || sysctl -q -w "$line"
+  done <"$rn/sysctl.saved"
+  rm -f "$rn/sysctl.saved"
+}
+
+up() {
+  local t0=$SECONDS
+  [[ $(id -u) == 0 ]] || die "needs root"
+  [[ -f "$kubeconfig" ]] || die "no cluster: run hack/cluster/cluster.sh up first"
+  tools
+  kubectl_ get --raw /readyz >/dev/null || die "the cluster does not answer"
+  pause_image
+  mkdir -p "$rn"
+  # What of the host's fixed places was there before the first up, for down to leave as it was.
+  if [[ ! -e "$rn/host.recorded" ]]; then
+    [[ -d /run/containerd ]] || touch "$rn/no-run-containerd"
+    [[ -d /var/log/containers ]] || touch "$rn/no-var-log-containers"
+    [[ -d /var/lib/cni ]] || touch "$rn/no-var-lib-cni"
+    touch "$rn/host.recorded"
+  fi
+  write_configs
+  save_sysctls
+  if ! pid_of containerd >/dev/null; then
+    setsid "$bin/containerd" --config "$rn/containerd/config.toml" \
+      >>"$rn/containerd.log" 2>&1 </dev/null &
+    echo $! >"$rn/containerd.pid"
+    until "$bin/ctr" --address "$sock" version >/dev/null 2>&1; do
+      alive "$(<"$rn/containerd.pid")" || die "containerd exited: $rn/containerd.log"
+      sleep 0.2
+    done
+    log "containerd $("$bin/containerd" --version | awk '{print $3}') runs ($rn/containerd.log)"
+  fi
+  import "$pause_tar"
+  local f
+  for f in "$cache"/images/python-*.tar; do [[ -f "$f" ]] && import "$f"; done
+  if ! pid_of kubelet >/dev/null; then
+    setsid "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$kubeconfig" \
+      --root-dir "$rn/kubelet/root" --cert-dir "$rn/kubelet/pki" \
+      --hostname-override "$node" --cloud-provider external \
+      --node-labels ddp-operator.io/node=real \
+      >>"$rn/kubelet.log" 2>&1 </dev/null &
+    echo $! >"$rn/kubelet.pid"
+  fi
+  until kubectl_ get node "$node" >/dev/null 2>&1; do
+    alive "$(<"$rn/kubelet.pid")" || die "kubelet exited: $rn/kubelet.log"
+    ((SECONDS - t0 < 180)) || die "node $node did not register in 180s: $rn/kubelet.log"
+    sleep 0.5
+  done
+  # The kubelet listens on 127.0.0.1 only, an address it refuses as its node IP ("nodeIP can't be
+  # loopback address"): with --cloud-provider external it leaves the addresses to a cloud
+  # controller, which this is. The apiserver reaches the kubelet (kubectl logs/exec) at the first
+  # address of its preferred types, so InternalIP 127.0.0.1 alone (a Hostname would come first).
+  kubectl_ patch node "$node" --subresource=status --type=json \
+    -p '[{"op": "replace", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "127.0.0.1"}]}]' \
+    >/dev/null
+  kubectl_ taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
+  kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
+    die "node $node is not Ready: $rn/kubelet.log"
+  log "node $node is Ready in $((SECONDS - t0))s (kubelet $kubelet_port, logs in $rn)"
+}
+
+# Mount points under $1, deepest first.
+mounts_under() {
+  awk -v p="$1" '$5 == p || index($5, p "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}
+
+down() {
+  local t0=$SECONDS
+  [[ -d "$rn" ]] || { log "no real node"; return 0; }
+  tools
+  if [[ -f "$kubeconfig" ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then
+    # The kubelet stops the pods (CNI DEL through containerd), then the Node goes.
+    if pid_of kubelet >/dev/null; then
+      kubectl_ delete pods -A --field-selector "spec.nodeName=$node" --grace-period=1 \
+        --wait=true --timeout=60s \
+        >/dev/null 2>&1 || log "pods of $node not all gone in 60s"
+    fi
+    kubectl_ delete node "$node" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+  fi
+  stop kubelet
+  if pid_of containerd >/dev/null; then
+    # What is left: every pod sandbox through CRI's own records is gone only via the kubelet, so
+    # tasks and containers go through ctr (their shims exit with them).
+    local id
+    for id in $(ctr_ tasks list -q 2>/dev/null); do
+      ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+    done
+    for id in $(ctr_ tasks list -q 2>/dev/null); do
+      ctr_ tasks delete -f "$id" >/dev/null 2>&1 || true
+    done
+    for id in $(ctr_ containers list -q 2>/dev/null); do
+      ctr_ containers delete "$id" >/dev/null 2>&1 || true
+    done
+  fi
+  stop containerd
+  # Shims of containers that containerd did not clean up (a crash): their parent is init and
+  # their command line names our state directory.
+  local pid
+  for pid in $(pgrep -f -- "containerd-shim-runc-v2 .*-address $sock" || true); do
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  local m
+  while read -r m; do
+    if [[ -n "$m" ]]; then umount -l "$m" 2>/dev/null || true; fi
+  done < <(mounts_under "$rn")
+  if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
+  # Pod cgroups kubelet made (cgroupfs driver), deepest first, in every hierarchy.
+  local d
+  for d in /sys/fs/cgroup/*/kubepods; do
+    if [[ -d "$d" ]]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
+  done
+  if [[ -d /var/log/containers ]]; then
+    find /var/log/containers -maxdepth 1 -type l -lname "$rn/*" -delete
+    if [[ -e "$rn/no-var-log-containers" ]]; then rmdir /var/log/containers 2>/dev/null || true; fi
+  fi
+  # libcni's result cache (containerd gives no way to move it): our network's entries go with
+  # CNI DEL; the directories go if they were not there before.
+  if [[ -d /var/lib/cni/results ]]; then
+    find /var/lib/cni/results -maxdepth 1 -name 'ddp-*' -delete
+  fi
+  if [[ -e "$rn/no-var-lib-cni" ]]; then
+    rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
+  fi
+  if [[ -e "$rn/no-run-containerd" ]]; then
+    rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+  fi
+  restore_sysctls
+  rm -rf "$rn"
+  log "real node is down in $((SECONDS - t0))s"
+}
+
+image() {
+  [[ $(id -u) == 0 ]] || die "needs root"
+  tools
+  python_image
+  if pid_of containerd >/dev/null; then import "$python_tar"; fi
+  echo "$python_ref"
+}
+
+smoke() {
+  tools
+  python_image
+  import "$python_tar"
+  local pod=real-node-smoke t0=$SECONDS phase ip out
+  kubectl_ delete pod "$pod" --ignore-not-found --wait=true >/dev/null
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $pod
+spec:
+  restartPolicy: Never
+  nodeSelector:
+    ddp-operator.io/node: real
+  tolerations:
+  - key: ddp-operator.io/real-node
+    operator: Exists
+    effect: NoSchedule
+  containers:
+  - name: main
+    image: $python_ref
+    imagePullPolicy: Never
+    command: ["python3", "-c", "import socket;print(socket.gethostname())"]
+EOF
+  until phase="$(kubectl_ get pod "$pod" -o jsonpath='{.status.phase}')" &&
+    [[ $phase == Succeeded || $phase == Failed ]]; do
+    ((SECONDS - t0 < 120)) || { kubectl_ describe pod "$pod" >&2; die "pod not done in 120s"; }
+    sleep 0.5
+  done
+  ip="$(kubectl_ get pod "$pod" -o jsonpath='{.status.podIP}')"
+  out="$(kubectl_ logs "$pod")"
+  log "pod $pod: $phase in $((SECONDS - t0))s, IP $ip, log: $out"
+  [[ $phase == Succeeded && $out == "$pod" ]] || die "unexpected phase or log"
+  python3 -c 'import ipaddress,sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network("198.18.0.0/15"))' "$ip" ||
+    die "pod IP $ip is not in 198.18.0.0/15"
+  kubectl_ delete pod "$pod" --wait=true >/dev/null
+  log "smoke test passed"
+}
+
+status() {
+  local c=stopped k=stopped
+  pid_of containerd >/dev/null && c="running (pid $(<"$rn/containerd.pid"))"
+  pid_of kubelet >/dev/null && k="running (pid $(<"$rn/kubelet.pid"))"
+  echo "containerd: $c; kubelet: $k"
+  if [[ -f "$kubeconfig" ]]; then
+    bin="$("$here/build.sh" real-node)"
+    kubectl_ get node "$node" -o wide 2>/dev/null || true
+  fi
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  image) image ;;
+  smoke) smoke ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|image|smoke|status" >&2; exit 2 ;;
+esac
