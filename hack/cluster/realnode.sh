@@ -7,8 +7,9 @@
 #         that tolerate it land there) with the cluster of .cluster/kubeconfig. Pods get addresses
 #         of 198.18.0.0/24 on the bridge ddp0 (a route to 198.18.0.0/15 only: no way off the host).
 #         Everything lives in .cluster/realnode/ but what kubelet and containerd put at fixed
-#         places (/var/log/containers, /run/containerd/s, /var/lib/cni/results, cgroups
-#         "kubepods", six sysctls), which down undoes.
+#         places (/var/log/containers, /run/containerd/s, /var/lib/cni/results,
+#         /var/lib/kubelet/device-plugins/kubelet.sock, cgroups "kubepods", six sysctls), which
+#         down undoes.
 # down:   deletes the node's pods and the Node, stops kubelet, kills and removes every container
 #         (ctr), stops containerd, unmounts and removes .cluster/realnode/, deletes ddp0, the
 #         kubepods cgroups and the kubelet's log links, and restores the sysctls kubelet changed.
@@ -168,8 +169,7 @@ EOF
         "ranges": [[{"subnet": "$subnet"}]],
         "routes": [{"dst": "198.18.0.0/15"}]
       }
-    },
-    {"type": "loopback"}
+    }
   ]
 }
 EOF
@@ -212,6 +212,24 @@ imageGCLowThresholdPercent: 90
 EOF
 }
 
+start_containerd() {
+  pid_of containerd >/dev/null && return 0
+  setsid "$bin/containerd" --config "$rn/containerd/config.toml" \
+    >>"$rn/containerd.log" 2>&1 </dev/null &
+  echo $! >"$rn/containerd.pid"
+  until "$bin/ctr" --address "$sock" version >/dev/null 2>&1; do
+    alive "$(<"$rn/containerd.pid")" || die "containerd exited: $rn/containerd.log"
+    sleep 0.2
+  done
+  log "containerd $("$bin/containerd" --version | awk '{print $3}') runs ($rn/containerd.log)"
+}
+
+# Processes in the pods' cgroups (kubelet's cgroupfs tree "kubepods", in the pids hierarchy).
+pod_pids() {
+  [[ -d /sys/fs/cgroup/pids/kubepods ]] || return 0
+  find /sys/fs/cgroup/pids/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null
+}
+
 save_sysctls() {
   [[ -f "$rn/sysctl.saved" ]] && return 0
   local k
@@ -240,20 +258,12 @@ up() {
     [[ -d /run/containerd ]] || touch "$rn/no-run-containerd"
     [[ -d /var/log/containers ]] || touch "$rn/no-var-log-containers"
     [[ -d /var/lib/cni ]] || touch "$rn/no-var-lib-cni"
+    [[ -d /var/lib/kubelet ]] || touch "$rn/no-var-lib-kubelet"
     touch "$rn/host.recorded"
   fi
   write_configs
   save_sysctls
-  if ! pid_of containerd >/dev/null; then
-    setsid "$bin/containerd" --config "$rn/containerd/config.toml" \
-      >>"$rn/containerd.log" 2>&1 </dev/null &
-    echo $! >"$rn/containerd.pid"
-    until "$bin/ctr" --address "$sock" version >/dev/null 2>&1; do
-      alive "$(<"$rn/containerd.pid")" || die "containerd exited: $rn/containerd.log"
-      sleep 0.2
-    done
-    log "containerd $("$bin/containerd" --version | awk '{print $3}') runs ($rn/containerd.log)"
-  fi
+  start_containerd
   import "$pause_tar"
   local f
   for f in "$cache"/images/python-*.tar; do [[ -f "$f" ]] && import "$f"; done
@@ -292,19 +302,21 @@ down() {
   local t0=$SECONDS
   [[ -d "$rn" ]] || { log "no real node"; return 0; }
   tools
-  if [[ -f "$kubeconfig" ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then
-    # The kubelet stops the pods (CNI DEL through containerd), then the Node goes.
-    if pid_of kubelet >/dev/null; then
-      kubectl_ delete pods -A --field-selector "spec.nodeName=$node" --grace-period=1 \
-        --wait=true --timeout=60s \
-        >/dev/null 2>&1 || log "pods of $node not all gone in 60s"
-    fi
-    kubectl_ delete node "$node" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+  local api=0
+  if [[ -f "$kubeconfig" ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then api=1; fi
+  # The kubelet stops the pods through CRI (containerd tears their network down with CNI DEL).
+  if ((api)) && pid_of kubelet >/dev/null; then
+    kubectl_ delete pods -A --field-selector "spec.nodeName=$node" --grace-period=1 \
+      --wait=true --timeout=60s >/dev/null 2>&1 || log "pods of $node not all gone in 60s"
   fi
   stop kubelet
+  # What the kubelet did not stop (it was not running, or pods outlived the wait) goes through
+  # ctr: tasks killed and deleted (their shims exit with them), containers deleted. A containerd
+  # that died is started again for that: it finds its shims through its state directory.
+  if [[ -f "$rn/containerd/config.toml" ]] && ! pid_of containerd >/dev/null; then
+    start_containerd || true
+  fi
   if pid_of containerd >/dev/null; then
-    # What is left: every pod sandbox through CRI's own records is gone only via the kubelet, so
-    # tasks and containers go through ctr (their shims exit with them).
     local id
     for id in $(ctr_ tasks list -q 2>/dev/null); do
       ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
@@ -323,6 +335,14 @@ down() {
   for pid in $(pgrep -f -- "containerd-shim-runc-v2 .*-address $sock" || true); do
     kill -KILL "$pid" 2>/dev/null || true
   done
+  # The last resort: processes still in the pods' cgroups.
+  local t1=$SECONDS
+  while [[ -n "$(pod_pids)" ]]; do
+    # shellcheck disable=SC2046 # one pid per word
+    kill -KILL $(pod_pids) 2>/dev/null || true
+    if ((SECONDS - t1 > 10)); then log "pod processes left: $(pod_pids | xargs)"; break; fi
+    sleep 0.2
+  done
   local m
   while read -r m; do
     if [[ -n "$m" ]]; then umount -l "$m" 2>/dev/null || true; fi
@@ -340,15 +360,25 @@ down() {
   # libcni's result cache (containerd gives no way to move it): our network's entries go with
   # CNI DEL; the directories go if they were not there before.
   if [[ -d /var/lib/cni/results ]]; then
-    find /var/lib/cni/results -maxdepth 1 -name 'ddp-*' -delete
+    grep -lF -- "$rn/" /var/lib/cni/results/* 2>/dev/null | xargs -r rm -f || true
   fi
   if [[ -e "$rn/no-var-lib-cni" ]]; then
     rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   fi
-  if [[ -e "$rn/no-run-containerd" ]]; then
-    rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+  # The kubelet's device plugin socket has a fixed path (not under its root directory).
+  rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+  if [[ -e "$rn/no-var-lib-kubelet" ]]; then
+    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
   fi
+  # Shim sockets have a fixed directory too; a shim that was killed leaves its socket.
+  if [[ -e "$rn/no-run-containerd" ]]; then rm -rf /run/containerd; fi
   restore_sysctls
+  # Pods the kubelet could not stop are gone now: their objects go, then the Node.
+  if ((api)); then
+    kubectl_ delete pods -A --field-selector "spec.nodeName=$node" --force --grace-period=0 \
+      >/dev/null 2>&1 || true
+    kubectl_ delete node "$node" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+  fi
   rm -rf "$rn"
   log "real node is down in $((SECONDS - t0))s"
 }
