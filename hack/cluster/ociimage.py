@@ -10,6 +10,7 @@ dropped), device nodes and the content of dev/, proc/ and sys/ are left out (the
 those), hard links stay hard links. Entries are sorted and the archive's own metadata carries no
 time, so the same tree gives the same digests.
 """
+
 import argparse
 import gzip
 import hashlib
@@ -44,13 +45,15 @@ class HashingWriter(io.RawIOBase):
 
 def walk(root):
     """Yields (path, arcname) for every entry of root, parents first, sorted by name."""
+
     def rec(path, arc):
         for name in sorted(os.listdir(path)):
             p, a = os.path.join(path, name), f"{arc}{name}"
             yield p, a
-            if os.path.isdir(p) and not os.path.islink(p):
-                if not (arc == "" and name in SKIP_CONTENT):
-                    yield from rec(p, a + "/")
+            top_special = arc == "" and name in SKIP_CONTENT
+            if os.path.isdir(p) and not os.path.islink(p) and not top_special:
+                yield from rec(p, a + "/")
+
     yield from rec(root, "")
 
 
@@ -109,8 +112,11 @@ def main():
             plain = stored
             write_layer(args.rootfs, plain)
         diff_id = f"sha256:{plain.sha.hexdigest()}"
-        layer = {"mediaType": LAYER + ("+gzip" if args.gzip else ""),
-                 "digest": f"sha256:{stored.sha.hexdigest()}", "size": stored.size}
+        layer = {
+            "mediaType": LAYER + ("+gzip" if args.gzip else ""),
+            "digest": f"sha256:{stored.sha.hexdigest()}",
+            "size": stored.size,
+        }
 
         env = args.env or ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
         cfg = {"Env": env}
@@ -118,30 +124,50 @@ def main():
             cfg["Entrypoint"] = args.entrypoint
         if args.cmd is not None:
             cfg["Cmd"] = args.cmd
-        config = {"architecture": "amd64", "os": "linux", "config": cfg,
-                  "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": cfg,
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        }
 
         tmp_out = args.output + ".tmp"
         with tarfile.open(tmp_out, "w", format=tarfile.PAX_FORMAT) as tar:
             add_bytes(tar, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
-            config_desc = add_blob(tar, json.dumps(config, sort_keys=True).encode(),
-                                   "application/vnd.oci.image.config.v1+json")
+            config_desc = add_blob(
+                tar,
+                json.dumps(config, sort_keys=True).encode(),
+                "application/vnd.oci.image.config.v1+json",
+            )
             blob.seek(0)
             info = tarfile.TarInfo(f"blobs/sha256/{layer['digest'].split(':', 1)[1]}")
             info.size, info.mode = layer["size"], 0o644
             tar.addfile(info, blob)
-            manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                        "config": config_desc, "layers": [layer]}
-            manifest_desc = add_blob(tar, json.dumps(manifest, sort_keys=True).encode(),
-                                     manifest["mediaType"])
+            manifest = {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": config_desc,
+                "layers": [layer],
+            }
+            manifest_desc = add_blob(
+                tar, json.dumps(manifest, sort_keys=True).encode(), manifest["mediaType"]
+            )
             tag = args.name.rsplit(":", 1)[1] if ":" in args.name.rsplit("/", 1)[-1] else "latest"
-            manifest_desc["annotations"] = {"io.containerd.image.name": args.name,
-                                            "org.opencontainers.image.ref.name": tag}
-            index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                     "manifests": [manifest_desc]}
+            manifest_desc["annotations"] = {
+                "io.containerd.image.name": args.name,
+                "org.opencontainers.image.ref.name": tag,
+            }
+            index = {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.index.v1+json",
+                "manifests": [manifest_desc],
+            }
             add_bytes(tar, "index.json", json.dumps(index, sort_keys=True).encode())
         os.replace(tmp_out, args.output)
-    print(f"{args.output}: {args.name} layer {layer['digest']} ({layer['size']} bytes)", file=sys.stderr)
+    print(
+        f"{args.output}: {args.name} layer {layer['digest']} ({layer['size']} bytes)",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

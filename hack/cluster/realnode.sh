@@ -13,8 +13,8 @@
 # down:   deletes the node's pods and the Node, stops kubelet, kills and removes every container
 #         (ctr), stops containerd, unmounts and removes .cluster/realnode/, deletes ddp0, the
 #         kubepods cgroups and the kubelet's log links, and restores the sysctls kubelet changed.
-# image:  builds (or reuses) the test image, Debian bookworm minbase with python3 (debootstrap),
-#         and imports it when the node runs; prints its name.
+# image:  builds (or reuses) the test image, Debian bookworm minbase with python3 (debootstrap,
+#         ~2-3.5 min), and imports it when the node runs; prints its name.
 # smoke:  runs a pod on the real node with that image and checks its log and address.
 # Needs root, runc (apt-get install runc) and, for image, debootstrap.
 set -euo pipefail
@@ -81,11 +81,27 @@ pause_image() {
   rm -rf "$dir"
 }
 
-# The test image: Debian bookworm, minbase, python3; keyed by the build's date (the mirror moves)
-# and the package list, so a day's builds share it and DDP_IMAGE_DATE=YYYYMMDD picks another.
+# remove_tree DIR: unmounts what is mounted under DIR (debootstrap mounts proc, sys and maybe
+# the host's /dev into its target, and leaves them when it fails), then removes it without
+# crossing into any other file system.
+remove_tree() {
+  local m
+  while read -r m; do
+    if [[ -n "$m" ]]; then umount -l "$m" || true; fi
+  done < <(mounts_under "$1")
+  rm -rf --one-file-system "$1"
+}
+
+# The test image: Debian bookworm, minbase, python3; keyed by the package list and the date of
+# its build (the mirror moves): the newest one built is used, DDP_IMAGE_DATE=YYYYMMDD picks (or
+# builds) another, e.g. DDP_IMAGE_DATE=$(date -u +%Y%m%d) for today's packages.
 python_image() {
-  local suite=bookworm include=python3 date key rootfs mirror t0=$SECONDS
-  date="${DDP_IMAGE_DATE:-$(date -u +%Y%m%d)}"
+  local suite=bookworm include=python3 date key rootfs mirror t0=$SECONDS newest
+  newest="$(find "$cache/images" -maxdepth 1 -name "python-$suite-$include-*.tar" 2>/dev/null |
+    sort | tail -n 1)"
+  newest="${newest##*-}"
+  date="${DDP_IMAGE_DATE:-${newest%.tar}}"
+  date="${date:-$(date -u +%Y%m%d)}"
   key="$suite-$include-$date"
   python_ref="ddp-operator.io/python:$suite-$date"
   python_tar="$cache/images/python-$key.tar"
@@ -95,16 +111,19 @@ python_image() {
     /etc/apt/sources.list 2>/dev/null || true)"
   mirror="${mirror:-http://deb.debian.org/debian}"
   rootfs="$cache/images/python-$key.rootfs"
-  rm -rf "$rootfs"
+  remove_tree "$rootfs"
   log "debootstrap $suite (minbase, $include) from $mirror"
   nice -n 10 debootstrap --variant=minbase --include="$include" "$suite" "$rootfs" "$mirror" \
-    >"$cache/images/python-$key.log" 2>&1 || die "debootstrap failed: $cache/images/python-$key.log"
+    >"$cache/images/python-$key.log" 2>&1 || {
+    remove_tree "$rootfs"
+    die "debootstrap failed: $cache/images/python-$key.log"
+  }
   # Nothing the image needs: package lists and caches, documentation.
   rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/usr/share/doc/* \
     "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
   log "rootfs $(du -sh "$rootfs" | cut -f1) in $((SECONDS - t0))s"
   image_tar "python-$key" "$python_ref" "$rootfs" --gzip --cmd '["python3"]' >/dev/null
-  rm -rf "$rootfs"
+  remove_tree "$rootfs"
   log "image $python_ref: $(du -h "$python_tar" | cut -f1) in $((SECONDS - t0))s"
 }
 
@@ -265,8 +284,6 @@ up() {
   save_sysctls
   start_containerd
   import "$pause_tar"
-  local f
-  for f in "$cache"/images/python-*.tar; do [[ -f "$f" ]] && import "$f"; done
   if ! pid_of kubelet >/dev/null; then
     setsid "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$kubeconfig" \
       --root-dir "$rn/kubelet/root" --cert-dir "$rn/kubelet/pki" \
@@ -379,7 +396,7 @@ down() {
       >/dev/null 2>&1 || true
     kubectl_ delete node "$node" --ignore-not-found --wait=true >/dev/null 2>&1 || true
   fi
-  rm -rf "$rn"
+  rm -rf --one-file-system "$rn"
   log "real node is down in $((SECONDS - t0))s"
 }
 
