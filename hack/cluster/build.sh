@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the pinned Go modules beside this script
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kwok, kwokctl,
-# helm; with the argument real-node also containerd, ctr and the CNI plugins bridge, host-local and
-# loopback, and the pause binary)
+# helm; with the argument real-node also containerd, ctr, the CNI plugins bridge, host-local and
+# loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors, log and kubernetes)
 # into a cache outside the repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin
 # directory holding all of them. Each tool is cached under a key made of its version, its module
 # files and its build flags, so a clone reuses every build and a change rebuilds only that tool.
@@ -68,13 +68,14 @@ dirs=(
   "$(build kubernetes kube "$K8S_VERSION" "$kube_ld" "selinux,notest" \
       kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)"
 )
-# `build.sh real-node` adds the real node's container runtime and CNI plugins (realnode.sh).
+# `build.sh real-node` adds the real node's container runtime, CNI plugins and DNS (realnode.sh).
 if [[ "${1:-}" == real-node ]]; then
   dirs+=(
     "$(build containerd containerd "$CONTAINERD_VERSION" "$containerd_ld" \
         "urfave_cli_no_docs,no_btrfs,no_devmapper,no_zfs" containerd containerd-shim-runc-v2 ctr)"
     "$(build cni-plugins cni "$CNI_PLUGINS_VERSION" "$cni_ld" "" bridge host-local loopback)"
     "$(build pause pause v1 "" "" pause)"
+    "$(build coredns coredns "$COREDNS_VERSION" "" "" coredns)"
   )
 fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"

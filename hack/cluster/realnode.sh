@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh):
-# `realnode.sh up|down|image|smoke|status`.
+# `realnode.sh up|down|image|smoke|dns|status`.
 # up:     builds (or reuses) kubelet, containerd, ctr and the CNI plugins (build.sh real-node) and the
 #         pause image, then starts containerd and a kubelet that registers node real-node-0
 #         (label ddp-operator.io/node=real, taint ddp-operator.io/real-node:NoSchedule: only pods
 #         that tolerate it land there) with the cluster of .cluster/kubeconfig. Pods get addresses
 #         of 198.18.0.0/24 on the bridge ddp0 (a route to 198.18.0.0/15 only: no way off the host).
+#         Cluster DNS: CoreDNS (build.sh real-node) on the bridge's address 198.18.0.1:53 only,
+#         answering for cluster.local from the cluster's API and for nothing else (no forwarding);
+#         the kubelet gives it to the pods (clusterDNS) and no host resolver (an empty resolvConf).
 #         Everything lives in .cluster/realnode/ but what kubelet and containerd put at fixed
 #         places (/var/log/containers, /run/containerd/s, /var/lib/cni/results,
 #         /var/lib/kubelet/device-plugins/kubelet.sock, cgroups "kubepods", six sysctls), which
 #         down undoes.
-# down:   deletes the node's pods and the Node, stops kubelet, kills and removes every container
+# down:   deletes the node's pods and the Node, stops kubelet and CoreDNS, kills and removes every container
 #         (ctr), stops containerd, unmounts and removes .cluster/realnode/, deletes ddp0, the
 #         kubepods cgroups and the kubelet's log links, and restores the sysctls kubelet changed.
 # image:  builds (or reuses) the test image, Debian bookworm minbase with python3 (debootstrap,
 #         ~2-3.5 min), and imports it when the node runs; prints its name.
-# smoke:  runs a pod on the real node with that image and checks its log and address.
+# smoke:  runs a pod on the real node with that image and checks its log and address, then dns.
+# dns:    in namespace real-node-dns, a headless Service and a pod with hostname and subdomain; a
+#         second pod resolves <hostname>.<service>.<namespace>.svc.cluster.local through the
+#         cluster DNS and must get the first pod's IP.
 # Needs root, runc (apt-get install runc) and, for image, debootstrap.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +33,8 @@ cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
 node=real-node-0
 bridge=ddp0
 subnet=198.18.0.0/24
+gateway=198.18.0.1
+cluster_domain=cluster.local
 # The cluster's ports are port0..port0+5 (cluster.sh, same formula); the kubelet takes the next two.
 port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 kubelet_port=$((port0 + 6))
@@ -213,6 +221,12 @@ containerRuntimeEndpoint: unix://$sock
 imageServiceEndpoint: unix://$sock
 cgroupDriver: cgroupfs
 failSwapOn: false
+# Cluster DNS: CoreDNS on the bridge (start_coredns). No search domains or servers of the host:
+# pods with dnsPolicy ClusterFirst see only the cluster's names, Default ones none.
+clusterDNS:
+- $gateway
+clusterDomain: $cluster_domain
+resolvConf: $rn/kubelet/resolv.conf
 # This host mounts cgroup v1, which kubelet 1.35+ refuses unless told otherwise.
 failCgroupV1: false
 podLogsDir: $rn/pod-logs
@@ -229,6 +243,47 @@ evictionHard:
 imageGCHighThresholdPercent: 95
 imageGCLowThresholdPercent: 90
 EOF
+  echo "# No host resolver for the pods (kubelet resolvConf)." >"$rn/kubelet/resolv.conf"
+  mkdir -p "$rn/coredns"
+  # Only the cluster's zones: any other name is refused, nothing is forwarded. The kubernetes
+  # plugin watches Services, EndpointSlices (and Pods, for pod-IP names) with the kubeconfig.
+  cat >"$rn/coredns/Corefile" <<EOF
+$cluster_domain:53 in-addr.arpa:53 ip6.arpa:53 {
+    bind $gateway
+    errors
+    log
+    kubernetes $cluster_domain in-addr.arpa ip6.arpa {
+        kubeconfig $kubeconfig
+        pods insecure
+    }
+}
+EOF
+}
+
+# The bridge with its gateway address before the first pod (the CNI bridge plugin finds it and
+# keeps it), for CoreDNS to listen on.
+make_bridge() {
+  if ! ip link show "$bridge" >/dev/null 2>&1; then
+    ip link add "$bridge" type bridge
+  fi
+  if ! ip -4 addr show dev "$bridge" | grep -qF " $gateway/"; then
+    ip addr add "$gateway/${subnet#*/}" dev "$bridge"
+  fi
+  ip link set "$bridge" up
+}
+
+start_coredns() {
+  pid_of coredns >/dev/null && return 0
+  local t0=$SECONDS
+  setsid "$bin/coredns" -conf "$rn/coredns/Corefile" >>"$rn/coredns.log" 2>&1 </dev/null &
+  echo $! >"$rn/coredns.pid"
+  # It serves once its informers have synced with the API (or after 5 s without).
+  until [[ -n "$(ss -Hlun "src $gateway:53")" ]]; do
+    alive "$(<"$rn/coredns.pid")" || die "coredns exited: $rn/coredns.log"
+    ((SECONDS - t0 < 60)) || die "coredns does not listen on $gateway:53 in 60s: $rn/coredns.log"
+    sleep 0.2
+  done
+  log "coredns $("$bin/coredns" -version | head -n 1) on $gateway:53 ($rn/coredns.log)"
 }
 
 start_containerd() {
@@ -282,6 +337,8 @@ up() {
   fi
   write_configs
   save_sysctls
+  make_bridge
+  start_coredns
   start_containerd
   import "$pause_tar"
   if ! pid_of kubelet >/dev/null; then
@@ -327,6 +384,7 @@ down() {
       --wait=true --timeout=60s >/dev/null 2>&1 || log "pods of $node not all gone in 60s"
   fi
   stop kubelet
+  stop coredns
   # What the kubelet did not stop (it was not running, or pods outlived the wait) goes through
   # ctr: tasks killed and deleted (their shims exit with them), containers deleted. A containerd
   # that died is started again for that: it finds its shims through its state directory.
@@ -446,13 +504,104 @@ EOF
     die "pod IP $ip is not in 198.18.0.0/15"
   kubectl_ delete pod "$pod" --wait=true >/dev/null
   log "smoke test passed"
+  dns_check
+}
+
+# The spec of a pod on the real node: its name, then the rest indented as under spec.
+real_pod() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  labels:
+    app: $1
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeSelector:
+    ddp-operator.io/node: real
+  tolerations:
+  - key: ddp-operator.io/real-node
+    operator: Exists
+    effect: NoSchedule
+$2
+EOF
+}
+
+dns_check() {
+  tools
+  python_image
+  import "$python_tar"
+  local ns=real-node-dns t0=$SECONDS ip phase out name
+  name="target.sub.$ns.svc.$cluster_domain"
+  kubectl_ delete namespace "$ns" --ignore-not-found --wait=true >/dev/null
+  kubectl_ create namespace "$ns" >/dev/null
+  {
+    cat <<EOF
+apiVersion: v1
+kind: Service
+metadata:
+  name: sub
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector:
+    app: target
+---
+EOF
+    real_pod target "  hostname: target
+  subdomain: sub
+  containers:
+  - name: main
+    image: $python_ref
+    imagePullPolicy: Never
+    command: [python3, -c, 'import time; time.sleep(300)']"
+  } | kubectl_ -n "$ns" apply -f - >/dev/null
+  kubectl_ -n "$ns" wait --for=condition=Ready pod/target --timeout=120s >/dev/null ||
+    die "pod target is not Ready"
+  ip="$(kubectl_ -n "$ns" get pod target -o jsonpath='{.status.podIP}')"
+  # getaddrinfo through the pod's resolv.conf (the kubelet's clusterDNS), retried while the
+  # EndpointSlice reaches CoreDNS.
+  real_pod client "  containers:
+  - name: main
+    image: $python_ref
+    imagePullPolicy: Never
+    command:
+    - python3
+    - -c
+    - |
+      import socket, sys, time
+      print(open('/etc/resolv.conf').read().strip())
+      for _ in range(60):
+          try:
+              print(sys.argv[1], socket.gethostbyname(sys.argv[1]))
+              break
+          except OSError as e:
+              err = e
+              time.sleep(1)
+      else:
+          sys.exit(f'{sys.argv[1]}: {err}')
+    - $name" | kubectl_ -n "$ns" apply -f - >/dev/null
+  until phase="$(kubectl_ -n "$ns" get pod client -o jsonpath='{.status.phase}')" &&
+    [[ $phase == Succeeded || $phase == Failed ]]; do
+    ((SECONDS - t0 < 180)) || { kubectl_ -n "$ns" describe pod client >&2; die "client not done in 180s"; }
+    sleep 0.5
+  done
+  out="$(kubectl_ -n "$ns" logs client)"
+  log "pod client: $phase; log:"$'\n'"$out"
+  [[ $phase == Succeeded && "$(tail -n 1 <<<"$out")" == "$name $ip" ]] ||
+    die "$name did not resolve to the pod IP $ip"
+  kubectl_ delete namespace "$ns" --wait=true >/dev/null
+  log "dns check passed: $name is $ip in $((SECONDS - t0))s"
 }
 
 status() {
-  local c=stopped k=stopped
+  local c=stopped k=stopped d=stopped
   pid_of containerd >/dev/null && c="running (pid $(<"$rn/containerd.pid"))"
   pid_of kubelet >/dev/null && k="running (pid $(<"$rn/kubelet.pid"))"
-  echo "containerd: $c; kubelet: $k"
+  pid_of coredns >/dev/null && d="running (pid $(<"$rn/coredns.pid"), $gateway:53)"
+  echo "containerd: $c; kubelet: $k; coredns: $d"
   if [[ -f "$kubeconfig" ]]; then
     bin="$("$here/build.sh" real-node)"
     kubectl_ get node "$node" -o wide 2>/dev/null || true
@@ -464,6 +613,7 @@ case "${1:-}" in
   down) down ;;
   image) image ;;
   smoke) smoke ;;
+  dns) dns_check ;;
   status) status ;;
-  *) echo "usage: $0 up|down|image|smoke|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|image|smoke|dns|status" >&2; exit 2 ;;
 esac
