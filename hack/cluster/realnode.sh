@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh):
-# `realnode.sh up|down|image|smoke|dns|status`.
+# `realnode.sh up|down|image|trainer|smoke|dns|status`.
 # up:     builds (or reuses) kubelet, containerd, ctr and the CNI plugins (build.sh real-node) and the
 #         pause image, then starts containerd and a kubelet that registers node real-node-0
 #         (label ddp-operator.io/node=real, taint ddp-operator.io/real-node:NoSchedule: only pods
@@ -18,6 +18,9 @@
 #         kubepods cgroups and the kubelet's log links, and restores the sysctls kubelet changed.
 # image:  builds (or reuses) the test image, Debian bookworm minbase with python3 (debootstrap,
 #         ~2-3.5 min), and imports it when the node runs; prints its name.
+# trainer [NAME=VALUE]...: builds (or reuses) the trainer image from trainer_image/Dockerfile
+#         without Docker (hack/cluster/image.sh: buildah, a local Debian Python base; build
+#         arguments passed on), imports it when the node runs and prints its name.
 # smoke:  runs a pod on the real node with that image and checks its log and address, then dns.
 # dns:    in namespace real-node-dns, a headless Service and a pod with hostname and subdomain; a
 #         second pod resolves <hostname>.<service>.<namespace>.svc.cluster.local through the
@@ -466,6 +469,19 @@ image() {
   echo "$python_ref"
 }
 
+trainer() {
+  [[ $(id -u) == 0 ]] || die "needs root"
+  tools
+  local out t0
+  out="$("$here/image.sh" trainer "$@")"
+  if pid_of containerd >/dev/null; then
+    t0=$SECONDS
+    import "${out% *}"
+    log "imported ${out#* } in $((SECONDS - t0))s"
+  fi
+  echo "${out#* }"
+}
+
 smoke() {
   tools
   python_image
@@ -612,8 +628,9 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   image) image ;;
+  trainer) shift; trainer "$@" ;;
   smoke) smoke ;;
   dns) dns_check ;;
   status) status ;;
-  *) echo "usage: $0 up|down|image|smoke|dns|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|image|trainer [NAME=VALUE]...|smoke|dns|status" >&2; exit 2 ;;
 esac
