@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the pinned Go modules beside this script
-# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kwokctl, helm)
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kwok, kwokctl,
+# helm; with the argument real-node also containerd, ctr, the CNI plugins bridge, host-local and
+# loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors, log and kubernetes)
 # into a cache outside the repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin
 # directory holding all of them. Each tool is cached under a key made of its version, its module
 # files and its build flags, so a clone reuses every build and a change rebuilds only that tool.
@@ -56,14 +58,26 @@ for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
 done
 kwok_ld="-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 kwok_ld+=" -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}"
+containerd_ld="-X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}"
+cni_ld="-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=${CNI_PLUGINS_VERSION}"
 
 dirs=(
   "$(build etcd etcd "$ETCD_VERSION" "" "" etcd)"
   "$(build kwok kwok "$KWOK_VERSION" "$kwok_ld" "" kwok kwokctl)"
   "$(build helm helm "$HELM_VERSION" "$helm_ld" "" helm)"
   "$(build kubernetes kube "$K8S_VERSION" "$kube_ld" "selinux,notest" \
-      kube-apiserver kube-controller-manager kube-scheduler kubectl)"
+      kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)"
 )
+# `build.sh real-node` adds the real node's container runtime, CNI plugins and DNS (realnode.sh).
+if [[ "${1:-}" == real-node ]]; then
+  dirs+=(
+    "$(build containerd containerd "$CONTAINERD_VERSION" "$containerd_ld" \
+        "urfave_cli_no_docs,no_btrfs,no_devmapper,no_zfs" containerd containerd-shim-runc-v2 ctr)"
+    "$(build cni-plugins cni "$CNI_PLUGINS_VERSION" "$cni_ld" "" bridge host-local loopback)"
+    "$(build pause pause v1 "" "" pause)"
+    "$(build coredns coredns "$COREDNS_VERSION" "" "" coredns)"
+  )
+fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then
   mkdir -p "$bin.tmp"

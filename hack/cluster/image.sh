@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Builds the trainer image from trainer_image/Dockerfile without Docker, for the real node
+# (hack/cluster/realnode.sh): `image.sh trainer [NAME=VALUE]...` (build arguments of the
+# Dockerfile, e.g. TORCH_VERSION=2.15.0) prints the OCI archive and the image's name, one line.
+#
+# The Dockerfile stays the definition: Debian's buildah (apt-get install buildah) builds it as it
+# is (`buildah bud --isolation chroot`, storage under the cache), with one difference: its BASE,
+# python:3.11-slim, comes from no registry here, so `image.sh base` makes a local stand-in, Debian
+# bookworm's Python 3.11 (debootstrap minbase with python3 and python3-pip; `python` and `pip` in
+# /usr/local/bin; no EXTERNALLY-MANAGED marker, as in python:3.11-slim; LANG=C.UTF-8), cached by
+# the date of its packages like realnode.sh's test image, and passes it as --build-arg BASE.
+#
+# Downloads: the Dockerfile's pip runs with --no-cache-dir, so a pip cache cannot help. Instead
+# torch==TORCH_VERSION and numpy (with their dependencies) are fetched once by the host's pip
+# (same Python 3.11, same glibc) into a wheelhouse in the cache, mounted read-only at /mnt during
+# the build, and a pip.conf mounted at /etc/pip.conf makes pip install from there only (no-index,
+# find-links): the build downloads nothing, and a package the Dockerfile's pip asks for beyond
+# torch and numpy fails it ("No matching distribution"). DDP_PIP_INDEX=1 lets pip reach the index
+# too (it then downloads what it picks there even when the wheelhouse has it), trusting what the
+# host trusts: the host's CA bundle (PIP_CERT, else Debian's) is mounted over the base's
+# /etc/ssl/certs/ca-certificates.crt, which Debian's pip reads.
+# buildah 1.28 leaves a mount point it made as an empty file (/etc/pip.conf, as it does
+# /etc/hosts) in the last layer. The archive is cached under a key of the Dockerfile, the files
+# its COPY lines name, the build arguments, the base, the wheelhouse, this script and buildah's
+# version.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
+dockerfile=trainer_image/Dockerfile
+storage=("--root" "$cache/buildah/storage" "--runroot" "$cache/buildah/run" "--storage-driver" overlay)
+
+log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
+die() { log "$*"; exit 1; }
+buildah_() { buildah "${storage[@]}" "$@"; }
+
+# remove_tree DIR: unmounts what debootstrap left mounted under DIR, then removes it without
+# crossing into another file system.
+remove_tree() {
+  local m
+  while read -r m; do
+    if [[ -n "$m" ]]; then umount -l "$m" || true; fi
+  done < <(awk -v p="$1" '$5 == p || index($5, p "/") == 1 { print $5 }' /proc/self/mountinfo |
+    sort -r)
+  rm -rf --one-file-system "$1"
+}
+
+# base: sets base_ref and base_tar, building the archive if needed. The newest one built is used;
+# DDP_IMAGE_DATE=YYYYMMDD picks (or builds) another.
+base() {
+  local suite=bookworm date newest rootfs mirror t0=$SECONDS
+  newest="$(find "$cache/images" -maxdepth 1 -name "python-base-$suite-*.tar" 2>/dev/null |
+    sort | tail -n 1)"
+  newest="${newest##*-}"
+  date="${DDP_IMAGE_DATE:-${newest%.tar}}"
+  date="${date:-$(date -u +%Y%m%d)}"
+  base_ref="ddp-operator.io/python-base:3.11-$suite-$date"
+  base_tar="$cache/images/python-base-$suite-$date.tar"
+  [[ -f "$base_tar" ]] && return 0
+  command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
+  mirror="$(awk '/^URIs:/ && $2 ~ /debian$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources \
+    /etc/apt/sources.list 2>/dev/null || true)"
+  mirror="${mirror:-http://deb.debian.org/debian}"
+  mkdir -p "$cache/images"
+  rootfs="$cache/images/python-base-$suite-$date.rootfs"
+  remove_tree "$rootfs"
+  log "debootstrap $suite (minbase, python3, python3-pip) from $mirror"
+  nice -n 10 debootstrap --variant=minbase --include=python3,python3-pip "$suite" "$rootfs" \
+    "$mirror" >"$cache/images/python-base-$suite-$date.log" 2>&1 || {
+    remove_tree "$rootfs"
+    die "debootstrap failed: $cache/images/python-base-$suite-$date.log"
+  }
+  # What python:3.11-slim offers a Dockerfile: `python` and `pip`, and a pip that installs as
+  # root (Debian marks its Python externally managed; pip then goes to /usr/local).
+  ln -s /usr/bin/python3 "$rootfs/usr/local/bin/python"
+  ln -s /usr/bin/pip3 "$rootfs/usr/local/bin/pip"
+  rm -f "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/usr/share/doc/* \
+    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
+  python3 "$here/ociimage.py" --name "$base_ref" --rootfs "$rootfs" --gzip --cmd '["python3"]' \
+    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
+    "$base_tar.tmp"
+  mv "$base_tar.tmp" "$base_tar"
+  remove_tree "$rootfs"
+  log "base $base_ref: $(du -h "$base_tar" | cut -f1) in $((SECONDS - t0))s"
+}
+
+# arg NAME: the build argument NAME as given on the command line, else the Dockerfile's default.
+arg() {
+  local a
+  for a in "${args[@]}"; do
+    if [[ "${a%%=*}" == "$1" ]]; then echo "${a#*=}"; return 0; fi
+  done
+  sed -n "s/^ARG $1=//p" "$root/$dockerfile" | head -n 1
+}
+
+# wheelhouse: sets wheels, the directory of torch's and numpy's wheels (empty without torch).
+wheelhouse() {
+  local version index t0=$SECONDS
+  if [[ "$(arg INSTALL_TORCH)" != 1 ]]; then
+    wheels="$cache/wheels/none"
+    mkdir -p "$wheels"
+    return 0
+  fi
+  version="$(arg TORCH_VERSION)"
+  index="$(arg TORCH_INDEX)"
+  wheels="$cache/wheels/torch-$version-cp311-$(printf '%s' "$index" | sha256sum | cut -c1-8)"
+  [[ -d "$wheels" ]] && return 0
+  command -v pip3 >/dev/null || die "pip3 is missing: apt-get install python3-pip"
+  [[ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == 3.11 ]] ||
+    die "the host's python3 is not 3.11: its wheels would not fit the image's Python"
+  log "wheelhouse: torch==$version numpy${index:+ from $index}"
+  rm -rf "$wheels.tmp"
+  nice -n 10 pip3 download --quiet --no-cache-dir --only-binary=:all: --dest "$wheels.tmp" \
+    ${index:+--index-url "$index"} "torch==$version" numpy >&2
+  mv "$wheels.tmp" "$wheels"
+  log "wheelhouse $wheels: $(du -sh "$wheels" | cut -f1) in $((SECONDS - t0))s"
+}
+
+# The files the Dockerfile's COPY lines take from the build context (not --from a stage).
+copied() {
+  awk '$1 == "COPY" { from = 0; for (i = 2; i < NF; i++) {
+         if ($i ~ /^--from=/) from = 1; else if ($i !~ /^--/ && !from) print $i } }' \
+    "$root/$dockerfile"
+}
+
+trainer() {
+  local key tag ref out t0=$SECONDS a files
+  command -v buildah >/dev/null || die "buildah is missing: apt-get install buildah"
+  [[ $(id -u) == 0 ]] || die "needs root (buildah, chroot isolation)"
+  base
+  wheelhouse
+  mapfile -t files < <(cd "$root" && copied | xargs -r -I{} find {} -type f | sort)
+  key="$( {
+    cat "$root/$dockerfile"
+    (cd "$root" && sha256sum "${files[@]}")
+    printf '%s\n' "${args[@]}" "$base_ref" "$(buildah --version)" "${DDP_PIP_INDEX:-0}"
+    cat "${BASH_SOURCE[0]}"
+    ls -l "$wheels"
+  } | sha256sum | cut -c1-12)"
+  tag="torch$(arg TORCH_VERSION)-$key"
+  [[ "$(arg INSTALL_TORCH)" == 1 ]] || tag="base-$key"
+  ref="ddp-operator.io/trainer:$tag"
+  out="$cache/images/trainer-$tag.tar"
+  if [[ -f "$out" ]]; then
+    echo "$out $ref"
+    return 0
+  fi
+  mkdir -p "$cache/buildah"
+  exec 9>"$cache/buildah/.lock"
+  flock 9
+  if [[ -z "$(buildah_ images -q "$base_ref" 2>/dev/null)" ]]; then
+    buildah_ pull --quiet "oci-archive:$base_tar" >/dev/null
+  fi
+  local build_args=(--build-arg "BASE=$base_ref") mounts=(-v "$wheels:/mnt:ro")
+  if [[ "${DDP_PIP_INDEX:-0}" == 1 ]]; then
+    printf '[global]\nfind-links = /mnt\n' >"$cache/buildah/pip.conf"
+    mounts+=(-v "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}:/etc/ssl/certs/ca-certificates.crt:ro")
+  else
+    printf '[global]\nno-index = true\nfind-links = /mnt\n' >"$cache/buildah/pip.conf"
+  fi
+  mounts+=(-v "$cache/buildah/pip.conf:/etc/pip.conf:ro")
+  for a in "${args[@]}"; do build_args+=(--build-arg "$a"); done
+  log "buildah bud $dockerfile ${build_args[*]} -> $ref"
+  nice -n 10 buildah "${storage[@]}" bud --isolation chroot --pull=never --identity-label=false \
+    "${build_args[@]}" "${mounts[@]}" \
+    -f "$root/$dockerfile" -t "$ref" "$root" >"$cache/buildah/build.log" 2>&1 ||
+    die "buildah bud failed: $cache/buildah/build.log"
+  local t1=$SECONDS
+  rm -f "$out.tmp"
+  nice -n 10 buildah "${storage[@]}" push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
+  mv "$out.tmp" "$out"
+  # The archive is what is kept: the image leaves buildah's storage (the base stays).
+  buildah_ rmi "$ref" >/dev/null
+  log "image $ref: $(du -h "$out" | cut -f1), built in $((t1 - t0))s, archived in $((SECONDS - t1))s"
+  echo "$out $ref"
+}
+
+cmd="${1:-}"
+shift || true
+args=("$@")
+case "$cmd" in
+  base) [[ $(id -u) == 0 ]] || die "needs root"; base; echo "$base_tar $base_ref" ;;
+  trainer) trainer ;;
+  *) echo "usage: $0 base | trainer [NAME=VALUE]..." >&2; exit 2 ;;
+esac
