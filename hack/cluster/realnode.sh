@@ -30,7 +30,8 @@
 # dns:    in namespace real-node-dns, a headless Service and a pod with hostname and subdomain; a
 #         second pod resolves <hostname>.<service>.<namespace>.svc.cluster.local through the
 #         cluster DNS and must get the first pod's IP.
-# Needs root, runc (apt-get install runc) and, for image, debootstrap.
+# Needs root, runc (apt-get install runc), for image and trainer debootstrap, for trainer buildah
+# (apt-get install buildah), for ddp this checkout's .venv (make venv).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
