@@ -79,10 +79,15 @@ def test_worker_failure_restarts_the_whole_group() -> None:
     assert [e.reason for e in p.events] == ["WorkerFailed"]
     assert "j-worker-1 exited with code 3" in p.events[0].message
     assert p.events[0].type == "Warning"
-    # Old pods still terminating: only free names are created, for attempt 1.
+    # Old pods still terminating: nothing of attempt 1 is created until all of them are gone,
+    # so no new worker can meet a process of the old group.
     terminating = [own(x.name, x.index, 0, x.phase, deleting=True) for x in observed[:2]]
     p, st = advance(j, st, terminating)
-    assert p.create == [2] and p.attempt == 1 and p.delete == []
+    assert p.create == [] and p.attempt == 1 and p.delete == []
+    assert cond(st, "Created")["reason"] == "PreviousPodsTerminating"
+    assert "j-worker-0, j-worker-1" in cond(st, "Created")["message"]
+    p, st = advance(j, st, [])
+    assert p.create == [0, 1, 2] and p.attempt == 1
     # New group up: Restarting clears, Running again.
     p, st = advance(j, st, pods(3, attempt=1))
     assert st["phase"] == "Running" and not is_true(st["conditions"], "Restarting")
@@ -189,7 +194,9 @@ def test_stale_pods_from_an_older_attempt_are_deleted() -> None:
     st = {"restarts": 2}
     old = own("j-worker-0", 0, 1, "Running", uid="old")
     p, _ = advance(j, st, [old])
-    assert [x.uid for x in p.delete] == ["old"] and p.create == [1]
+    assert [x.uid for x in p.delete] == ["old"] and p.create == []
+    p, _ = advance(j, st, [])
+    assert p.create == [0, 1]
 
 
 def test_observe_reads_exit_code_and_unschedulable_reason() -> None:

@@ -4,7 +4,8 @@
 #         (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok controller as local
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
 #         .cluster/kubeconfig and links kubectl, helm and kwokctl into .cluster/bin/.
-# down:   stops and deletes the cluster; no process of it is left running.
+# down:   stops and deletes the cluster (and the real node, hack/cluster/realnode.sh, if up); no
+#         process of it is left running.
 # stop:   kills every process of the cluster (SIGKILL, as kwokctl stop does: etcd, kube-apiserver,
 #         controller manager, scheduler and kwok) and keeps its state (etcd's data, certificates,
 #         ports, kubeconfig): a crash of the whole control plane.
@@ -92,6 +93,8 @@ up() {
 }
 
 down() {
+  # The real node first, while the API server can still take its pods and Node away.
+  if [[ -d "$state/realnode" ]]; then "$here/realnode.sh" down || log "realnode.sh down failed"; fi
   if [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; then
     "$state/bin/kwokctl" --name "$name" delete cluster >&2
   fi

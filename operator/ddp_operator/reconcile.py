@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import constants as c
-from . import obstacles
+from . import obstacles, outcomes
 from .builders import worker_name
 from .conditions import (
     NORMAL,
@@ -69,41 +69,6 @@ def _cleanup(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
         if not p.deleting
         and (job.clean_pod_policy == c.CLEAN_ALL or p.phase not in FINISHED_PHASES)
     ]
-
-
-def _failures(
-    job: JobSpec,
-    current: dict[int, WorkerPod],
-    created: bool,
-    seen: Collection[tuple[str, int]],
-    attempt: int,
-) -> list[str]:
-    """Descriptions of the workers of this attempt that failed, vanished or are being removed.
-    A missing worker has vanished if the whole group had been created, or if its pod of this
-    attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be created."""
-    found = []
-    for i in range(job.nodes):
-        pod = current.get(i)
-        if pod is None:
-            if created or (worker_name(job, i), attempt) in seen:
-                found.append(f"{worker_name(job, i)} was deleted")
-        elif pod.phase == "Failed":
-            found.append(pod.describe_end())
-        elif pod.deleting and pod.phase != "Succeeded" and pod.node_lost:
-            found.append(f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})")
-        elif pod.deleting and pod.phase != "Succeeded":
-            found.append(f"{pod.name} is being deleted (evicted, preempted or removed)")
-    return found
-
-
-def _succeeded(job: JobSpec, current: dict[int, WorkerPod]) -> str | None:
-    """The success reason, if the success policy is met."""
-    if job.success_policy == c.SUCCESS_WORKER0:
-        worker0 = current.get(0)
-        return "Worker0Succeeded" if worker0 and worker0.phase == "Succeeded" else None
-    if all(i in current and current[i].phase == "Succeeded" for i in range(job.nodes)):
-        return "AllWorkersSucceeded"
-    return None
 
 
 def plan(
@@ -193,11 +158,11 @@ def plan(
         result.requeue_after = left.total_seconds()
 
     # 5. Success, then failure (a whole-group restart while the backoff limit allows).
-    reason = _succeeded(job, current)
+    reason = outcomes.succeeded(job, current)
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
-    failures = _failures(job, current, conds.true(c.COND_CREATED), seen, attempt)
+    failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt)
     if failures:
         cause = "; ".join(failures[:3])
         if len(failures) > 3:
@@ -221,12 +186,14 @@ def plan(
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
 
-    # 6. Remove what does not belong to this attempt; create what is missing, unless a pod of
-    #    that name exists (a stale one of ours on its way out, or a foreign one: reported).
+    # 6. Remove what does not belong to this attempt. Create what is missing once no pod of an
+    #    earlier attempt is left (a worker of a new group could meet a still-running process of
+    #    the old one at the master's address, and the two would train together; seen in real
+    #    containers) and unless a pod of that name exists (a foreign one: reported).
     result.delete = [p for p in stale if not p.deleting]
     taken = {p.name for p in observed}
     missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
-    result.create = [i for name, i in missing.items() if name not in taken]
+    result.create = [] if stale else [i for name, i in missing.items() if name not in taken]
     conflict = obstacles.conflict(job, [p for p in foreign if p.name in missing])
     if conflict:
         blockers.append(conflict)
@@ -244,6 +211,14 @@ def plan(
                 f"created {job.nodes} workers (attempt {attempt})",
                 NORMAL,
             )
+    elif stale:
+        names = ", ".join(sorted(p.name for p in stale)[:3])
+        conds.set(
+            c.COND_CREATED,
+            False,
+            "PreviousPodsTerminating",
+            f"waiting for {len(stale)} pods of an earlier attempt to go ({names})",
+        )
     else:
         conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
 

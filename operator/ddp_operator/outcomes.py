@@ -1,0 +1,46 @@
+"""How a group of workers stands: which workers of the current attempt failed, and whether the
+job's success policy is met. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from . import constants as c
+from .builders import worker_name
+from .jobspec import JobSpec
+from .workers import WorkerPod
+
+
+def failures(
+    job: JobSpec,
+    current: dict[int, WorkerPod],
+    created: bool,
+    seen: Collection[tuple[str, int]],
+    attempt: int,
+) -> list[str]:
+    """Descriptions of the workers of this attempt that failed, vanished or are being removed.
+    A missing worker has vanished if the whole group had been created, or if its pod of this
+    attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be created."""
+    found = []
+    for i in range(job.nodes):
+        pod = current.get(i)
+        if pod is None:
+            if created or (worker_name(job, i), attempt) in seen:
+                found.append(f"{worker_name(job, i)} was deleted")
+        elif pod.phase == "Failed":
+            found.append(pod.describe_end())
+        elif pod.deleting and pod.phase != "Succeeded" and pod.node_lost:
+            found.append(f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})")
+        elif pod.deleting and pod.phase != "Succeeded":
+            found.append(f"{pod.name} is being deleted (evicted, preempted or removed)")
+    return found
+
+
+def succeeded(job: JobSpec, current: dict[int, WorkerPod]) -> str | None:
+    """The success reason, if the success policy is met."""
+    if job.success_policy == c.SUCCESS_WORKER0:
+        worker0 = current.get(0)
+        return "Worker0Succeeded" if worker0 and worker0.phase == "Succeeded" else None
+    if all(i in current and current[i].phase == "Succeeded" for i in range(job.nodes)):
+        return "AllWorkersSucceeded"
+    return None
