@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh):
-# `realnode.sh up|down|image|trainer|ddp|smoke|dns|status`.
+# `realnode.sh up|down|image|trainer|status`.
 # up:     builds (or reuses) kubelet, containerd, ctr and the CNI plugins (build.sh real-node) and the
 #         pause image, then starts containerd and a kubelet that registers node real-node-0
 #         (label ddp-operator.io/node=real, taint ddp-operator.io/real-node:NoSchedule: only pods
@@ -16,22 +16,15 @@
 # down:   deletes the node's pods and the Node, stops kubelet and CoreDNS, kills and removes every container
 #         (ctr), stops containerd, unmounts and removes .cluster/realnode/, deletes ddp0, the
 #         kubepods cgroups and the kubelet's log links, and restores the sysctls kubelet changed.
-# image:  builds (or reuses) the test image, Debian bookworm minbase with python3 (debootstrap,
-#         ~2-3.5 min), and imports it when the node runs; prints its name.
+# image:  builds (or reuses) the small Python image, image.sh's Debian Python 3.11 base (the
+#         trainer image's base too), imports it when the node runs and prints its name.
 # trainer [NAME=VALUE]...: builds (or reuses) the trainer image from trainer_image/Dockerfile
 #         without Docker (hack/cluster/image.sh: buildah, a local Debian Python base; build
 #         arguments passed on), imports it when the node runs and prints its name.
-# ddp [NAME=VALUE]...: a real DDP run: the trainer image (as trainer does), the CRD, and this
-#         checkout's operator (.venv/bin/ddp-operator, make venv) run locally for namespace
-#         real-node-ddp; a DDPJob of 2 nodes x 2 processes (gloo, torchrun
-#         examples/scripts/allreduce.py, the image's ddp-wait entrypoint) on the real node must
-#         reach Succeeded with 4 ranks' "ALLREDUCE ok" in the pods' logs, which it prints.
-# smoke:  runs a pod on the real node with that image and checks its log and address, then dns.
-# dns:    in namespace real-node-dns, a headless Service and a pod with hostname and subdomain; a
-#         second pod resolves <hostname>.<service>.<namespace>.svc.cluster.local through the
-#         cluster DNS and must get the first pod's IP.
+# status: says what runs.
+# tests/test_realnode.py runs pods and DDP jobs on the node and checks that down leaves nothing.
 # Needs root, runc (apt-get install runc), for image and trainer debootstrap, for trainer buildah
-# (apt-get install buildah), for ddp this checkout's .venv (make venv).
+# (apt-get install buildah).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -98,51 +91,6 @@ pause_image() {
   rm -rf "$dir"
 }
 
-# remove_tree DIR: unmounts what is mounted under DIR (debootstrap mounts proc, sys and maybe
-# the host's /dev into its target, and leaves them when it fails), then removes it without
-# crossing into any other file system.
-remove_tree() {
-  local m
-  while read -r m; do
-    if [[ -n "$m" ]]; then umount -l "$m" || true; fi
-  done < <(mounts_under "$1")
-  rm -rf --one-file-system "$1"
-}
-
-# The test image: Debian bookworm, minbase, python3; keyed by the package list and the date of
-# its build (the mirror moves): the newest one built is used, DDP_IMAGE_DATE=YYYYMMDD picks (or
-# builds) another, e.g. DDP_IMAGE_DATE=$(date -u +%Y%m%d) for today's packages.
-python_image() {
-  local suite=bookworm include=python3 date key rootfs mirror t0=$SECONDS newest
-  newest="$(find "$cache/images" -maxdepth 1 -name "python-$suite-$include-*.tar" 2>/dev/null |
-    sort | tail -n 1)"
-  newest="${newest##*-}"
-  date="${DDP_IMAGE_DATE:-${newest%.tar}}"
-  date="${date:-$(date -u +%Y%m%d)}"
-  key="$suite-$include-$date"
-  python_ref="ddp-operator.io/python:$suite-$date"
-  python_tar="$cache/images/python-$key.tar"
-  [[ -f "$python_tar" ]] && return 0
-  command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
-  mirror="$(awk '/^URIs:/ && $2 ~ /debian$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources \
-    /etc/apt/sources.list 2>/dev/null || true)"
-  mirror="${mirror:-http://deb.debian.org/debian}"
-  rootfs="$cache/images/python-$key.rootfs"
-  remove_tree "$rootfs"
-  log "debootstrap $suite (minbase, $include) from $mirror"
-  nice -n 10 debootstrap --variant=minbase --include="$include" "$suite" "$rootfs" "$mirror" \
-    >"$cache/images/python-$key.log" 2>&1 || {
-    remove_tree "$rootfs"
-    die "debootstrap failed: $cache/images/python-$key.log"
-  }
-  # Nothing the image needs: package lists and caches, documentation.
-  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/usr/share/doc/* \
-    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
-  log "rootfs $(du -sh "$rootfs" | cut -f1) in $((SECONDS - t0))s"
-  image_tar "python-$key" "$python_ref" "$rootfs" --gzip --cmd '["python3"]' >/dev/null
-  remove_tree "$rootfs"
-  log "image $python_ref: $(du -h "$python_tar" | cut -f1) in $((SECONDS - t0))s"
-}
 
 import() {
   ctr_ images import --snapshotter overlayfs "$1" >/dev/null 2>>"$rn/ctr.log" ||
@@ -470,9 +418,12 @@ down() {
 image() {
   [[ $(id -u) == 0 ]] || die "needs root"
   tools
-  python_image
-  if pid_of containerd >/dev/null; then import "$python_tar"; fi
-  echo "$python_ref"
+  local out
+  out="$("$here/image.sh" base)"
+  if pid_of containerd >/dev/null && [[ -z "$(ctr_ images ls -q "name==${out#* }" 2>/dev/null)" ]]; then
+    import "${out% *}"
+  fi
+  echo "${out#* }"
 }
 
 trainer() {
@@ -489,200 +440,6 @@ trainer() {
   echo "${out#* }"
 }
 
-ddp() {
-  local ref ns=real-node-ddp job=allreduce t0 phase logs op_pid
-  local operator="$root/.venv/bin/ddp-operator"
-  [[ -x "$operator" ]] || die "no $operator: make venv"
-  tools
-  pid_of kubelet >/dev/null || die "the real node does not run: realnode.sh up"
-  ref="$(trainer "$@")"
-  kubectl_ apply -f "$root/crds/" >/dev/null
-  kubectl_ delete namespace "$ns" --ignore-not-found --wait=true >/dev/null
-  kubectl_ create namespace "$ns" >/dev/null
-  KUBECONFIG="$kubeconfig" "$operator" run --namespace "$ns" --log-format plain \
-    >"$rn/operator.log" 2>&1 </dev/null &
-  op_pid=$!
-  # shellcheck disable=SC2064 # the pid is known now
-  trap "kill -TERM $op_pid 2>/dev/null || true" EXIT
-  t0=$SECONDS
-  kubectl_ -n "$ns" apply -f - >/dev/null <<EOF
-apiVersion: ddp-operator.io/v1alpha1
-kind: DDPJob
-metadata:
-  name: $job
-spec:
-  nodes: 2
-  procsPerNode: 2
-  backend: gloo
-  backoffLimit: 0
-  cleanPodPolicy: None
-  template:
-    spec:
-      nodeSelector:
-        ddp-operator.io/node: real
-      tolerations:
-      - key: ddp-operator.io/real-node
-        operator: Exists
-        effect: NoSchedule
-      containers:
-      - name: trainer
-        image: $ref
-        imagePullPolicy: IfNotPresent
-        args: [torchrun, examples/scripts/allreduce.py]
-EOF
-  until phase="$(kubectl_ -n "$ns" get ddpjob "$job" -o jsonpath='{.status.phase}')" &&
-    [[ $phase == Succeeded || $phase == Failed ]]; do
-    alive "$op_pid" || die "the operator exited: $rn/operator.log"
-    ((SECONDS - t0 < 300)) || { kubectl_ -n "$ns" get ddpjob,pods -o wide >&2; die "job not done in 300s"; }
-    sleep 1
-  done
-  kubectl_ -n "$ns" get ddpjob,pods -o wide >&2
-  logs=""
-  local i
-  for i in 0 1; do
-    logs+="$(kubectl_ -n "$ns" logs "$job-worker-$i")"$'\n'
-    kubectl_ -n "$ns" logs "$job-worker-$i" | sed "s/^/[$job-worker-$i] /" >&2
-  done
-  kill -TERM "$op_pid" 2>/dev/null || true
-  wait "$op_pid" || true
-  trap - EXIT
-  [[ $phase == Succeeded ]] || die "DDPJob $job: $phase (operator log: $rn/operator.log)"
-  for i in 0 1 2 3; do
-    grep -q "^ALLREDUCE ok rank=$i world=4 " <<<"$logs" || die "no ALLREDUCE ok of rank $i"
-  done
-  kubectl_ delete namespace "$ns" --wait=true >/dev/null
-  log "DDPJob $job Succeeded on $node in $((SECONDS - t0))s: 2 pods x 2 ranks, all-reduce ok"
-}
-
-smoke() {
-  tools
-  python_image
-  import "$python_tar"
-  local pod=real-node-smoke t0=$SECONDS phase ip out
-  kubectl_ delete pod "$pod" --ignore-not-found --wait=true >/dev/null
-  kubectl_ apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $pod
-spec:
-  restartPolicy: Never
-  nodeSelector:
-    ddp-operator.io/node: real
-  tolerations:
-  - key: ddp-operator.io/real-node
-    operator: Exists
-    effect: NoSchedule
-  containers:
-  - name: main
-    image: $python_ref
-    imagePullPolicy: Never
-    command: ["python3", "-c", "import socket;print(socket.gethostname())"]
-EOF
-  until phase="$(kubectl_ get pod "$pod" -o jsonpath='{.status.phase}')" &&
-    [[ $phase == Succeeded || $phase == Failed ]]; do
-    ((SECONDS - t0 < 120)) || { kubectl_ describe pod "$pod" >&2; die "pod not done in 120s"; }
-    sleep 0.5
-  done
-  ip="$(kubectl_ get pod "$pod" -o jsonpath='{.status.podIP}')"
-  out="$(kubectl_ logs "$pod")"
-  log "pod $pod: $phase in $((SECONDS - t0))s, IP $ip, log: $out"
-  [[ $phase == Succeeded && $out == "$pod" ]] || die "unexpected phase or log"
-  python3 -c 'import ipaddress,sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network("198.18.0.0/15"))' "$ip" ||
-    die "pod IP $ip is not in 198.18.0.0/15"
-  kubectl_ delete pod "$pod" --wait=true >/dev/null
-  log "smoke test passed"
-  dns_check
-}
-
-# The spec of a pod on the real node: its name, then the rest indented as under spec.
-real_pod() {
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-  labels:
-    app: $1
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  nodeSelector:
-    ddp-operator.io/node: real
-  tolerations:
-  - key: ddp-operator.io/real-node
-    operator: Exists
-    effect: NoSchedule
-$2
-EOF
-}
-
-dns_check() {
-  tools
-  python_image
-  import "$python_tar"
-  local ns=real-node-dns t0=$SECONDS ip phase out name
-  name="target.sub.$ns.svc.$cluster_domain"
-  kubectl_ delete namespace "$ns" --ignore-not-found --wait=true >/dev/null
-  kubectl_ create namespace "$ns" >/dev/null
-  {
-    cat <<EOF
-apiVersion: v1
-kind: Service
-metadata:
-  name: sub
-spec:
-  clusterIP: None
-  publishNotReadyAddresses: true
-  selector:
-    app: target
----
-EOF
-    real_pod target "  hostname: target
-  subdomain: sub
-  containers:
-  - name: main
-    image: $python_ref
-    imagePullPolicy: Never
-    command: [python3, -c, 'import time; time.sleep(300)']"
-  } | kubectl_ -n "$ns" apply -f - >/dev/null
-  kubectl_ -n "$ns" wait --for=condition=Ready pod/target --timeout=120s >/dev/null ||
-    die "pod target is not Ready"
-  ip="$(kubectl_ -n "$ns" get pod target -o jsonpath='{.status.podIP}')"
-  # getaddrinfo through the pod's resolv.conf (the kubelet's clusterDNS), retried while the
-  # EndpointSlice reaches CoreDNS.
-  real_pod client "  containers:
-  - name: main
-    image: $python_ref
-    imagePullPolicy: Never
-    command:
-    - python3
-    - -c
-    - |
-      import socket, sys, time
-      print(open('/etc/resolv.conf').read().strip())
-      for _ in range(60):
-          try:
-              print(sys.argv[1], socket.gethostbyname(sys.argv[1]))
-              break
-          except OSError as e:
-              err = e
-              time.sleep(1)
-      else:
-          sys.exit(f'{sys.argv[1]}: {err}')
-    - $name" | kubectl_ -n "$ns" apply -f - >/dev/null
-  until phase="$(kubectl_ -n "$ns" get pod client -o jsonpath='{.status.phase}')" &&
-    [[ $phase == Succeeded || $phase == Failed ]]; do
-    ((SECONDS - t0 < 180)) || { kubectl_ -n "$ns" describe pod client >&2; die "client not done in 180s"; }
-    sleep 0.5
-  done
-  out="$(kubectl_ -n "$ns" logs client)"
-  log "pod client: $phase; log:"$'\n'"$out"
-  [[ $phase == Succeeded && "$(tail -n 1 <<<"$out")" == "$name $ip" ]] ||
-    die "$name did not resolve to the pod IP $ip"
-  kubectl_ delete namespace "$ns" --wait=true >/dev/null
-  log "dns check passed: $name is $ip in $((SECONDS - t0))s"
-}
 
 status() {
   local c=stopped k=stopped d=stopped
@@ -701,9 +458,6 @@ case "${1:-}" in
   down) down ;;
   image) image ;;
   trainer) shift; trainer "$@" ;;
-  ddp) shift; ddp "$@" ;;
-  smoke) smoke ;;
-  dns) dns_check ;;
   status) status ;;
-  *) echo "usage: $0 up|down|image|trainer|ddp [NAME=VALUE]...|smoke|dns|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|image|trainer [NAME=VALUE]...|status" >&2; exit 2 ;;
 esac
