@@ -141,6 +141,9 @@ def trainer_job(name: str, namespace: str, image: str, args: list[str], **spec: 
     template = {
         "spec": {
             **ON_REAL_NODE,
+            # A restart waits until the old group is gone: worker 0, waiting at the rendezvous
+            # for a peer that crashed, is killed 5 s after SIGTERM instead of the default 30 s.
+            "terminationGracePeriodSeconds": 5,
             "containers": [
                 {
                     "name": "trainer",

@@ -42,6 +42,13 @@ port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 kubelet_port=$((port0 + 6))
 healthz_port=$((port0 + 7))
 sock="$rn/containerd/containerd.sock"
+# containerd's root (its images: content and unpacked snapshots) outlives the node, in the cache:
+# a later node finds the trainer image there instead of importing it again (~2.5 min). What runs
+# (tasks, mounts, sockets) is in its state directory under .cluster/realnode. One real node per
+# machine: containerd locks this root.
+# shellcheck source=hack/cluster/versions.env
+source "$here/versions.env"
+images_root="$cache/containerd-root-$CONTAINERD_VERSION"
 sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
@@ -101,7 +108,7 @@ write_configs() {
   mkdir -p "$rn/containerd" "$rn/cni/net.d" "$rn/kubelet" "$rn/pod-logs" "$rn/runc"
   cat >"$rn/containerd/config.toml" <<EOF
 version = 3
-root = "$rn/containerd/root"
+root = "$images_root"
 state = "$rn/containerd/state"
 [grpc]
   address = "$sock"
