@@ -204,6 +204,22 @@ def test_a_real_crash_restarts_the_group_which_then_succeeds(
     assert any("crash-worker-1 exited with code 3" in e["message"] for e in failed), failed
 
 
+def test_dev_shm_is_memory_backed_and_of_the_requested_size(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """`shmSize` gives each worker a tmpfs /dev/shm of that size (DataLoader workers and gloo
+    need more than a container runtime's default 64 MiB)."""
+    show = "grep ' /dev/shm ' /proc/mounts; df -k /dev/shm | tail -n 1"
+    job = trainer_job("shm", namespace, images["trainer"], ["sh", "-c", show], shmSize="256Mi")
+    job["spec"]["nodes"] = 1
+    jobs.apply(cluster, job)
+    jobs.wait_phase(cluster, namespace, "shm", "Succeeded", timeout=180)
+    log = cluster.core.read_namespaced_pod_log("shm-worker-0", namespace)
+    mount, usage = [line.split() for line in log.splitlines() if line.startswith("tmpfs ")]
+    assert mount[1:3] == ["/dev/shm", "tmpfs"] and "size=262144k" in mount[3], log
+    assert usage[1] == "262144" and usage[5] == "/dev/shm", log  # 1K-blocks: 256 MiB
+
+
 def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) -> None:
     """No process, mount, network namespace or bridge of the node is left behind."""
     realnode("down")
