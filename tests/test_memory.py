@@ -27,8 +27,7 @@ def job(**spec):
 def step(j, memory: Memory, observed: list[WorkerPod]):
     """One pass as the runner makes it: plan, remember, take the status as written."""
     p = plan(j, memory.status, observed, NOW, 1, None, memory.seen)
-    own_pods = [pod for pod in observed if pod.owner_uid == "u"]
-    memory.passed(own_pods, p.attempt, j.suspend)
+    memory.passed(p.own, p.attempt, j.suspend)
     memory.deleting(p.delete + p.force_delete)
     memory.status.update(p.status)
     return p

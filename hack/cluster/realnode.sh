@@ -422,31 +422,19 @@ down() {
   log "real node is down in $((SECONDS - t0))s"
 }
 
-image() {
+# provide base|trainer [NAME=VALUE]...: the image image.sh builds (or reuses), imported into the
+# running node unless it is there (its name carries its cache key); prints its name.
+provide() {
   [[ $(id -u) == 0 ]] || die "needs root"
   tools
-  local out
-  out="$("$here/image.sh" base)"
+  local out t0=$SECONDS
+  out="$("$here/image.sh" "$@")"
   if pid_of containerd >/dev/null && [[ -z "$(ctr_ images ls -q "name==${out#* }" 2>/dev/null)" ]]; then
-    import "${out% *}"
-  fi
-  echo "${out#* }"
-}
-
-trainer() {
-  [[ $(id -u) == 0 ]] || die "needs root"
-  tools
-  local out t0
-  out="$("$here/image.sh" trainer "$@")"
-  # The image name carries its cache key: one that is there is this image (~1-2.5 min saved).
-  if pid_of containerd >/dev/null && [[ -z "$(ctr_ images ls -q "name==${out#* }" 2>/dev/null)" ]]; then
-    t0=$SECONDS
     import "${out% *}"
     log "imported ${out#* } in $((SECONDS - t0))s"
   fi
   echo "${out#* }"
 }
-
 
 status() {
   local c=stopped k=stopped d=stopped
@@ -463,8 +451,8 @@ status() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  image) image ;;
-  trainer) shift; trainer "$@" ;;
+  image) provide base ;;
+  trainer) shift; provide trainer "$@" ;;
   status) status ;;
   *) echo "usage: $0 up|down|image|trainer [NAME=VALUE]...|status" >&2; exit 2 ;;
 esac

@@ -40,6 +40,7 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
+    own: list[WorkerPod] = field(default_factory=list)  # the observed pods the job controls
 
     @property
     def attempt(self) -> int:
@@ -97,7 +98,7 @@ def plan(
         "completionTime": status.get("completionTime"),
         "workers": _counts(p for p in current.values() if not p.deleting),
     }
-    result = Plan(status=new)
+    result = Plan(status=new, own=pods)
     # What blocks the job, most recent first: (reason, message).
     blockers: list[tuple[str, str]] = []
     if failure is not None:

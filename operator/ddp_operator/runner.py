@@ -148,8 +148,7 @@ class JobRunner:
         now, generation = datetime.now(UTC), meta.get("generation", 0)
         seen = self.memory.seen
         plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, seen)
-        own, _ = obstacles.split(job, pods)
-        self.memory.passed(own, plan.attempt, job.suspend)
+        self.memory.passed(plan.own, plan.attempt, job.suspend)
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         return plan.requeue_after
