@@ -1,16 +1,18 @@
 # syntax=docker/dockerfile:1
 # The operator image: `ddp-operator run` as a non-root user; no build tools in the final stage.
 #   docker build -t ddp-operator/operator:0.1.0 .
-FROM python:3.11-slim AS build
+# BASE: any Python 3.11 image with pip (hack/cluster/image.sh passes a local Debian one).
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM ${BASE}
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-compile /wheels/*.whl && rm -rf /wheels \
- && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin operator
+ && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin ddp-operator
 USER 10001
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 EXPOSE 8080 9090

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the pinned Go modules beside this script
-# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kwok, kwokctl,
+# (etcd, kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler, kubectl, kubelet, kwok, kwokctl,
 # helm; with the argument real-node also containerd, ctr, the CNI plugins bridge, host-local and
 # loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors, log and kubernetes)
 # into a cache outside the repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin
@@ -66,7 +66,7 @@ dirs=(
   "$(build kwok kwok "$KWOK_VERSION" "$kwok_ld" "" kwok kwokctl)"
   "$(build helm helm "$HELM_VERSION" "$helm_ld" "" helm)"
   "$(build kubernetes kube "$K8S_VERSION" "$kube_ld" "selinux,notest" \
-      kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)"
+      kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet)"
 )
 # `build.sh real-node` adds the real node's container runtime, CNI plugins and DNS (realnode.sh).
 if [[ "${1:-}" == real-node ]]; then

@@ -3,7 +3,10 @@
 # up:     builds (or reuses) the pinned binaries, starts (or reuses) a kwok binary-runtime cluster
 #         (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok controller as local
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
-#         .cluster/kubeconfig and links kubectl, helm and kwokctl into .cluster/bin/.
+#         .cluster/kubeconfig and links kubectl, helm and kwokctl into .cluster/bin/. Then the
+#         real node (hack/cluster/realnode.sh up: a kubelet and containerd, real containers) with
+#         the images built here (realnode.sh image, trainer, operator) imported. DDP_REAL_NODE=0
+#         leaves it out (a control plane with fake nodes only; no root needed).
 # down:   stops and deletes the cluster (and the real node, hack/cluster/realnode.sh, if up); no
 #         process of it is left running.
 # stop:   kills every process of the cluster (SIGKILL, as kwokctl stop does: etcd, kube-apiserver,
@@ -28,6 +31,7 @@ export KWOK_WORKDIR="$state/kwok"
 port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
+die() { log "$*"; exit 1; }
 
 link_tools() {
   local bin
@@ -89,6 +93,13 @@ up() {
   fi
   kubectl_ apply -f "$here/manifests/nodes.yaml" >/dev/null
   kubectl_ wait --for=condition=Ready node --all --timeout=120s >/dev/null
+  if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
+    "$here/realnode.sh" up || die "the real node did not come up (DDP_REAL_NODE=0 leaves it out)"
+    local image
+    for image in image trainer operator; do
+      "$here/realnode.sh" "$image" >/dev/null || die "realnode.sh $image failed"
+    done
+  fi
   log "ready in $((SECONDS - t0))s: kubeconfig $kubeconfig"
 }
 
@@ -159,6 +170,7 @@ start() {
 status() {
   if [[ -x "$state/bin/kubectl" ]] && healthy; then
     echo "cluster $name: running; kubeconfig $kubeconfig"
+    if [[ -d "$state/realnode" ]]; then echo "real node: $("$here/realnode.sh" status | head -n 1)"; fi
     kubectl_ get nodes -L ddp-operator.io/accelerator \
       -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].status,GPU:.status.allocatable.nvidia\.com/gpu,ASCEND910:.status.allocatable.huawei\.com/Ascend910,CPU:.status.allocatable.cpu'
   else

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the trainer image from trainer_image/Dockerfile without Docker, for the real node
-# (hack/cluster/realnode.sh): `image.sh trainer [NAME=VALUE]...` (build arguments of the
+# Builds the project's images from their Dockerfiles without Docker, for the real node
+# (hack/cluster/realnode.sh): `image.sh trainer|operator [NAME=VALUE]...` (build arguments of the
 # Dockerfile, e.g. TORCH_VERSION=2.15.0) prints the OCI archive and the image's name, one line.
+# trainer: trainer_image/Dockerfile; operator: the repository's Dockerfile (`ddp-operator run`).
 #
-# The Dockerfile stays the definition: Debian's buildah (apt-get install buildah) builds it as it
+# The Dockerfiles stay the definition: Debian's buildah (apt-get install buildah) builds it as it
 # is (`buildah bud --isolation chroot`, storage under the cache), with one difference: its BASE,
 # python:3.11-slim, comes from no registry here, so `image.sh base` makes a local stand-in, Debian
 # bookworm's Python 3.11 (debootstrap minbase with python3 and python3-pip; `python` and `pip` in
@@ -11,11 +12,12 @@
 # the date of its packages like realnode.sh's test image, and passes it as --build-arg BASE.
 #
 # Downloads: the Dockerfile's pip runs with --no-cache-dir, so a pip cache cannot help. Instead
-# torch==TORCH_VERSION and numpy (with their dependencies) are fetched once by the host's pip
+# what it installs (trainer: torch==TORCH_VERSION and numpy; operator: pyproject.toml's build
+# requirements and dependencies), with their dependencies, is fetched once by the host's pip
 # (same Python 3.11, same glibc) into a wheelhouse in the cache, mounted read-only at /mnt during
 # the build, and a pip.conf mounted at /etc/pip.conf makes pip install from there only (no-index,
 # find-links): the build downloads nothing, and a package the Dockerfile's pip asks for beyond
-# torch and numpy fails it ("No matching distribution"). DDP_PIP_INDEX=1 lets pip reach the index
+# those fails it ("No matching distribution"). DDP_PIP_INDEX=1 lets pip reach the index
 # too (it then downloads what it picks there even when the wheelhouse has it), trusting what the
 # host trusts: the host's CA bundle (PIP_CERT, else Debian's) is mounted over the base's
 # /etc/ssl/certs/ca-certificates.crt, which Debian's pip reads.
@@ -27,7 +29,6 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
-dockerfile=trainer_image/Dockerfile
 storage=("--root" "$cache/buildah/storage" "--runroot" "$cache/buildah/run" "--storage-driver" overlay)
 
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
@@ -94,27 +95,39 @@ arg() {
   sed -n "s/^ARG $1=//p" "$root/$dockerfile" | head -n 1
 }
 
-# wheelhouse: sets wheels, the directory of torch's and numpy's wheels (empty without torch).
-wheelhouse() {
-  local version index t0=$SECONDS
-  if [[ "$(arg INSTALL_TORCH)" != 1 ]]; then
-    wheels="$cache/wheels/none"
-    mkdir -p "$wheels"
-    return 0
-  fi
-  version="$(arg TORCH_VERSION)"
-  index="$(arg TORCH_INDEX)"
-  wheels="$cache/wheels/torch-$version-cp311-$(printf '%s' "$index" | sha256sum | cut -c1-8)"
-  [[ -d "$wheels" ]] && return 0
+# fetch DIR PIP_ARGS...: DIR filled with the wheels pip picks for PIP_ARGS (Python 3.11), once.
+fetch() {
+  local dir=$1 t0=$SECONDS; shift
+  [[ -d "$dir" ]] && return 0
   command -v pip3 >/dev/null || die "pip3 is missing: apt-get install python3-pip"
   [[ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == 3.11 ]] ||
     die "the host's python3 is not 3.11: its wheels would not fit the image's Python"
-  log "wheelhouse: torch==$version numpy${index:+ from $index}"
-  rm -rf "$wheels.tmp"
-  nice -n 10 pip3 download --quiet --no-cache-dir --only-binary=:all: --dest "$wheels.tmp" \
-    ${index:+--index-url "$index"} "torch==$version" numpy >&2
-  mv "$wheels.tmp" "$wheels"
-  log "wheelhouse $wheels: $(du -sh "$wheels" | cut -f1) in $((SECONDS - t0))s"
+  log "wheelhouse: $*"
+  rm -rf "$dir.tmp"
+  nice -n 10 pip3 download --quiet --no-cache-dir --only-binary=:all: --dest "$dir.tmp" "$@" >&2
+  mv "$dir.tmp" "$dir"
+  log "wheelhouse $dir: $(du -sh "$dir" | cut -f1) in $((SECONDS - t0))s"
+}
+
+# wheelhouse: sets wheels, the directory of the wheels the image's pip installs.
+wheelhouse() {
+  local version index reqs
+  if [[ "$image" == operator ]]; then
+    mapfile -t reqs < <(python3 -c 'import sys, tomllib
+p = tomllib.load(open(sys.argv[1], "rb"))
+print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]))' \
+      "$root/pyproject.toml")
+    wheels="$cache/wheels/operator-cp311-$(printf '%s\n' "${reqs[@]}" | sha256sum | cut -c1-8)"
+    fetch "$wheels" "${reqs[@]}"
+  elif [[ "$(arg INSTALL_TORCH)" != 1 ]]; then
+    wheels="$cache/wheels/none"
+    mkdir -p "$wheels"
+  else
+    version="$(arg TORCH_VERSION)"
+    index="$(arg TORCH_INDEX)"
+    wheels="$cache/wheels/torch-$version-cp311-$(printf '%s' "$index" | sha256sum | cut -c1-8)"
+    fetch "$wheels" ${index:+--index-url "$index"} "torch==$version" numpy
+  fi
 }
 
 # The files the Dockerfile's COPY lines take from the build context (not --from a stage).
@@ -124,13 +137,16 @@ copied() {
     "$root/$dockerfile"
 }
 
-trainer() {
+# build: the image of $dockerfile, tagged $image; prints its archive and name.
+build() {
   local key tag ref out t0=$SECONDS a files
   command -v buildah >/dev/null || die "buildah is missing: apt-get install buildah"
   [[ $(id -u) == 0 ]] || die "needs root (buildah, chroot isolation)"
   base
   wheelhouse
-  mapfile -t files < <(cd "$root" && copied | xargs -r -I{} find {} -type f | sort)
+  # Those files as git sees them (not what .gitignore and .dockerignore leave out: caches).
+  mapfile -t files < <(cd "$root" && copied | xargs -r git ls-files --cached --others \
+    --exclude-standard -- | sort)
   key="$( {
     cat "$root/$dockerfile"
     (cd "$root" && sha256sum "${files[@]}")
@@ -138,10 +154,13 @@ trainer() {
     cat "${BASH_SOURCE[0]}"
     ls -l "$wheels"
   } | sha256sum | cut -c1-12)"
-  tag="torch$(arg TORCH_VERSION)-$key"
-  [[ "$(arg INSTALL_TORCH)" == 1 ]] || tag="base-$key"
-  ref="ddp-operator.io/trainer:$tag"
-  out="$cache/images/trainer-$tag.tar"
+  tag="$key"
+  if [[ "$image" == trainer ]]; then
+    tag="torch$(arg TORCH_VERSION)-$key"
+    [[ "$(arg INSTALL_TORCH)" == 1 ]] || tag="base-$key"
+  fi
+  ref="ddp-operator.io/$image:$tag"
+  out="$cache/images/$image-$tag.tar"
   if [[ -f "$out" ]]; then
     echo "$out $ref"
     return 0
@@ -164,7 +183,7 @@ trainer() {
   log "buildah bud $dockerfile ${build_args[*]} -> $ref"
   nice -n 10 buildah "${storage[@]}" bud --isolation chroot --pull=never --identity-label=false \
     "${build_args[@]}" "${mounts[@]}" \
-    -f "$root/$dockerfile" -t "$ref" "$root" >"$cache/buildah/build.log" 2>&1 ||
+    -f "$root/$dockerfile" -t "$ref" "$root" >"$cache/buildah/build-$image.log" 2>&1 ||
     die "buildah bud failed: $cache/buildah/build.log"
   local t1=$SECONDS
   rm -f "$out.tmp"
@@ -176,11 +195,12 @@ trainer() {
   echo "$out $ref"
 }
 
-cmd="${1:-}"
+image="${1:-}"
 shift || true
 args=("$@")
-case "$cmd" in
+case "$image" in
   base) [[ $(id -u) == 0 ]] || die "needs root"; base; echo "$base_tar $base_ref" ;;
-  trainer) trainer ;;
-  *) echo "usage: $0 base | trainer [NAME=VALUE]..." >&2; exit 2 ;;
+  trainer) dockerfile=trainer_image/Dockerfile; build ;;
+  operator) dockerfile=Dockerfile; build ;;
+  *) echo "usage: $0 base | trainer [NAME=VALUE]... | operator" >&2; exit 2 ;;
 esac

@@ -1,0 +1,88 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034,SC2154 # settings for realnode.sh and down.sh; pause_ref is realnode.sh's
+# What realnode.sh's commands share: the node's settings and small helpers (sourced).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$here/../.." && pwd)"
+state="$root/.cluster"
+rn="$state/realnode"
+kubeconfig="$state/kubeconfig"
+cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
+node=real-node-0
+bridge=ddp0
+subnet=198.18.0.0/24
+gateway=198.18.0.1
+service_cidr=10.0.0.0/24
+cluster_domain=cluster.local
+# The cluster's ports are port0..port0+5 (cluster.sh, same formula: port0 is the API server's);
+# the kubelet takes the next two, kube-proxy the two after.
+port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
+sock="$rn/containerd/containerd.sock"
+# shellcheck source=hack/cluster/versions.env
+source "$here/versions.env"
+# containerd's root (its images: content and unpacked snapshots) outlives the node, in the cache:
+# a later node finds the trainer image there instead of importing it again (~2.5 min). One real
+# node per machine: containerd locks this root.
+images_root="$cache/containerd-root-$CONTAINERD_VERSION"
+# What kubelet and kube-proxy change of the host's kernel settings; down restores them.
+sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
+  net.bridge.bridge-nf-call-iptables net.netfilter.nf_conntrack_max)
+
+log() { echo "[realnode $(date +%H:%M:%S)] $*" >&2; }
+die() { log "$*"; exit 1; }
+kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+ctr_() { "$bin/ctr" --address "$sock" --namespace k8s.io "$@"; }
+alive() { [[ -e /proc/$1 && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
+pid_of() { [[ -f "$rn/$1.pid" ]] && alive "$(<"$rn/$1.pid")" && cat "$rn/$1.pid"; }
+
+tools() {
+  bin="$("$here/build.sh" real-node)"
+  runc="$(command -v runc)" || die "runc is missing: apt-get install runc"
+}
+
+# render TEMPLATE OUT: realnode/TEMPLATE with each setting (an upper-case word between at signs)
+# replaced by its value.
+render() {
+  sed -e "s|@RN@|$rn|g; s|@SOCK@|$sock|g; s|@BIN@|$bin|g; s|@RUNC@|$runc|g" \
+    -e "s|@IMAGES_ROOT@|$images_root|g; s|@PAUSE_REF@|$pause_ref|g; s|@NODE@|$node|g" \
+    -e "s|@BRIDGE@|$bridge|g; s|@SUBNET@|$subnet|g; s|@GATEWAY@|$gateway|g" \
+    -e "s|@SERVICE_CIDR@|$service_cidr|g; s|@CLUSTER_DOMAIN@|$cluster_domain|g" \
+    -e "s|@KUBECONFIG@|$kubeconfig|g; s|@KUBELET_PORT@|$((port0 + 6))|g" \
+    -e "s|@HEALTHZ_PORT@|$((port0 + 7))|g; s|@PROXY_HEALTHZ_PORT@|$((port0 + 8))|g" \
+    -e "s|@PROXY_METRICS_PORT@|$((port0 + 9))|g" "$here/realnode/$1" >"$2"
+  if grep -q '@[A-Z_]*@' "$2"; then die "$2: a setting is not rendered"; fi
+}
+
+# daemon NAME CMD...: starts CMD in a session of its own, its output in NAME.log, its pid in
+# NAME.pid, unless it runs.
+daemon() {
+  local name=$1; shift
+  pid_of "$name" >/dev/null && return 0
+  setsid "$@" >>"$rn/$name.log" 2>&1 </dev/null &
+  echo $! >"$rn/$name.pid"
+}
+
+# stop NAME: SIGTERM, then SIGKILL after 20 s, the process recorded in NAME.pid.
+stop() {
+  local pid t0=$SECONDS
+  pid="$(pid_of "$1")" || { rm -f "$rn/$1.pid"; return 0; }
+  kill -TERM "$pid"
+  while alive "$pid"; do
+    if ((SECONDS - t0 > 20)); then kill -KILL "$pid"; fi
+    sleep 0.2
+  done
+  rm -f "$rn/$1.pid"
+  log "$1 stopped"
+}
+
+# Chains named KUBE-* (kubelet's and kube-proxy's) in iptables and ip6tables, as "CMD TABLE CHAIN".
+kube_chains() {
+  local cmd table
+  for cmd in iptables ip6tables; do
+    command -v "$cmd-save" >/dev/null || continue
+    for table in filter nat mangle; do
+      "$cmd-save" -t "$table" 2>/dev/null | awk -v c="$cmd" -v t="$table" \
+        '/^:KUBE-/ { print c, t, substr($1, 2) }'
+    done
+  done
+}
