@@ -123,6 +123,7 @@ def plan(
         conds.set(c.COND_RUNNING, False, reason, "the job has finished")
         conds.clear(c.COND_RESTARTING, reason, "the job has finished")
         conds.clear(c.COND_BLOCKED, reason, "the job has finished")
+        conds.clear(c.COND_NOT_STARTING, reason, "the job has finished")
         new["completionTime"] = format_time(now)
         return finished(job, pods, now, new, finish(result, active=False))
 
@@ -223,7 +224,7 @@ def plan(
     else:
         conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
 
-    # 7. What keeps workers from starting, in the scheduler's own words.
+    # 7. What keeps workers from starting, in the scheduler's and the kubelet's own words.
     startup.report(conds, live, job.nodes)
 
     # 8. Running once every worker has started (finished workers count as started).
