@@ -89,6 +89,7 @@ COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 COND_SUSPENDED = "Suspended"
 COND_UNSCHEDULABLE = "Unschedulable"
+COND_NOT_STARTING = "ContainersNotStarting"
 COND_BLOCKED = "Blocked"
 
 # Success and clean-up policies.

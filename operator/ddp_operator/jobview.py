@@ -42,7 +42,12 @@ def render_status(
         f"restarts={status.get('restarts', 0)}  age={age(meta.get('creationTimestamp'), now)}"
     ]
     for cond in status.get("conditions") or []:
-        notable = cond["type"] in (c.COND_UNSCHEDULABLE, c.COND_FAILED, c.COND_RESTARTING)
+        notable = cond["type"] in (
+            c.COND_UNSCHEDULABLE,
+            c.COND_NOT_STARTING,
+            c.COND_FAILED,
+            c.COND_RESTARTING,
+        )
         if cond.get("status") == "True" and notable:
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")
     rows = [("WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON")]

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import constants as c
-from . import obstacles, outcomes
+from . import obstacles, outcomes, startup
 from .builders import worker_name
 from .conditions import (
     NORMAL,
@@ -123,6 +123,7 @@ def plan(
         conds.set(c.COND_RUNNING, False, reason, "the job has finished")
         conds.clear(c.COND_RESTARTING, reason, "the job has finished")
         conds.clear(c.COND_BLOCKED, reason, "the job has finished")
+        conds.clear(c.COND_NOT_STARTING, reason, "the job has finished")
         new["completionTime"] = format_time(now)
         return finished(job, pods, now, new, finish(result, active=False))
 
@@ -223,20 +224,8 @@ def plan(
     else:
         conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
 
-    # 7. Scheduling trouble, with the scheduler's own words.
-    stuck = [p for p in live if p.unschedulable]
-    if stuck:
-        first = min(stuck, key=lambda p: p.index)
-        conds.set(
-            c.COND_UNSCHEDULABLE,
-            True,
-            "Unschedulable",
-            f"{len(stuck)} of {job.nodes} workers cannot be scheduled; "
-            f"{first.name}: {first.unschedulable}",
-            WARNING,
-        )
-    else:
-        conds.clear(c.COND_UNSCHEDULABLE, "Scheduled", "every worker is scheduled")
+    # 7. What keeps workers from starting, in the scheduler's and the kubelet's own words.
+    startup.report(conds, live, job.nodes)
 
     # 8. Running once every worker has started (finished workers count as started).
     started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)

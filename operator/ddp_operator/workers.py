@@ -8,6 +8,19 @@ from typing import Any
 
 from . import constants as c
 
+# Waiting reasons of a container on its normal way to start; any other one means it cannot
+# (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...): the kubelet retries it.
+STARTING = ("ContainerCreating", "PodInitializing")
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A container that cannot start: the kubelet's waiting reason and message."""
+
+    container: str
+    reason: str
+    message: str = ""
+
 
 @dataclass(frozen=True)
 class WorkerPod:
@@ -29,6 +42,7 @@ class WorkerPod:
     finalizers: tuple[str, ...] = ()
     deletion_time: str | None = None
     node_lost: str | None = None
+    not_starting: Waiting | None = None
 
     def describe_end(self) -> str:
         """Why this worker stopped, in words (for conditions and Events)."""
@@ -78,6 +92,19 @@ def _node_lost(status: Mapping[str, Any]) -> str | None:
             and cond.get("reason") == "DeletionByTaintManager"
         ):
             return cond.get("message") or "evicted from an unreachable node"
+    return None
+
+
+def _not_starting(status: Mapping[str, Any]) -> Waiting | None:
+    """The first container (init containers first) waiting for a reason other than STARTING."""
+    for cs in [
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason and reason not in STARTING:
+            return Waiting(cs.get("name", ""), reason, waiting.get("message") or "")
     return None
 
 
@@ -139,4 +166,5 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         finalizers=tuple(meta.get("finalizers") or ()),
         deletion_time=meta.get("deletionTimestamp"),
         node_lost=_node_lost(status),
+        not_starting=_not_starting(status),
     )

@@ -9,6 +9,11 @@ Scheduled pods become Running and stay Running (the ``pod-run`` stage in
 * ``finish(..., via="status")`` writes the same terminal status straight to the pod's status
   subresource (works on any cluster whose node has no kubelet fighting back).
 
+``stall`` plays the kubelet of a pod whose container cannot start (a mistyped image...): it marks
+the pod so that no stage plays for it any more and writes it back to Pending, the container
+waiting with the kubelet's reason and message; ``unstall`` unmarks it, and the ``pod-run`` stage
+starts it, as a kubelet whose next try succeeds.
+
 ``delete`` deletes a pod (kwok's ``pod-delete`` stage completes the deletion at once) and
 ``lose_node`` deletes a Node object, after which the controller manager's pod garbage collector
 removes the pods bound to it, as after a real node loss; ``restore_nodes`` re-registers them.
@@ -20,9 +25,14 @@ import datetime as dt
 from typing import Any
 
 from .cluster import ROOT, Cluster, wait_for
+from .nodes import SILENCED
 
 EXIT_CODE_ANNOTATION = "kwok.ddp-operator.io/exit-code"
 NODES_FILE = ROOT / "hack" / "cluster" / "manifests" / "nodes.yaml"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def get(cluster: Cluster, ns: str, name: str) -> Any | None:
@@ -74,7 +84,7 @@ def finish(
         return
     pod = get(cluster, ns, name)
     assert pod is not None, f"pod {ns}/{name} not found"
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = _now()
     statuses = [
         {
             "name": ct["name"],
@@ -105,6 +115,37 @@ def finish(
             },
         },
     )
+
+
+def stall(cluster: Cluster, ns: str, name: str, reason: str, message: str) -> None:
+    """Leave the pod Pending, its first container waiting with ``reason`` and ``message``."""
+    cluster.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {SILENCED: _now()}}})
+    pod = get(cluster, ns, name)
+    assert pod is not None, f"pod {ns}/{name} not found"
+    first = pod["spec"]["containers"][0]
+    waiting = {
+        "name": first["name"],
+        "image": first.get("image") or "none",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {"waiting": {"reason": reason, "message": message}},
+    }
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": kind, "status": "False", "reason": "ContainersNotReady"}
+            for kind in ("Ready", "ContainersReady")
+        ],
+        "containerStatuses": [waiting],
+    }
+    cluster.core.patch_namespaced_pod_status(name, ns, {"status": status})
+
+
+def unstall(cluster: Cluster, ns: str, name: str) -> None:
+    """Let the ``pod-run`` stage start a stalled pod again."""
+    cluster.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {SILENCED: None}}})
 
 
 def delete(cluster: Cluster, ns: str, name: str) -> None:

@@ -1,0 +1,60 @@
+"""What keeps a job's workers from starting, in the words of whoever knows: the scheduler's
+(``Unschedulable``) and the kubelet's (``ContainersNotStarting``: a mistyped image, a missing
+ConfigMap...). Pure: the job's live pods of the current attempt in, conditions set.
+
+Neither restarts nor fails the job: the scheduler and the kubelet keep retrying, and the job goes
+on once the user has fixed the cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import constants as c
+from .conditions import WARNING, Conditions, condition
+from .workers import WorkerPod
+
+# A kubelet's retry cycle alternates these reasons for one cause; a turn is no news (no Event).
+SAME_CAUSE = {"ImagePullBackOff": "ErrImagePull"}
+
+
+def report(conds: Conditions, live: Sequence[WorkerPod], nodes: int) -> None:
+    """Set or clear both conditions from the live pods of the current attempt."""
+    unschedulable(conds, live, nodes)
+    not_starting(conds, live)
+
+
+def unschedulable(conds: Conditions, live: Sequence[WorkerPod], nodes: int) -> None:
+    """``Unschedulable`` with the scheduler's message for the first such worker."""
+    stuck = sorted((p for p in live if p.unschedulable), key=lambda p: p.index)
+    if stuck:
+        conds.set(
+            c.COND_UNSCHEDULABLE,
+            True,
+            "Unschedulable",
+            f"{len(stuck)} of {nodes} workers cannot be scheduled; "
+            f"{stuck[0].name}: {stuck[0].unschedulable}",
+            WARNING,
+        )
+    else:
+        conds.clear(c.COND_UNSCHEDULABLE, "Scheduled", "every worker is scheduled")
+
+
+def not_starting(conds: Conditions, live: Sequence[WorkerPod]) -> None:
+    """``ContainersNotStarting`` with the kubelet's reason and message for the first worker whose
+    container cannot start; a Warning Event when it turns True or its cause changes."""
+    stuck = [(p.name, w) for p in sorted(live, key=lambda p: p.index) if (w := p.not_starting)]
+    if not stuck:
+        conds.clear(c.COND_NOT_STARTING, "NoStartErrors", "no worker's container fails to start")
+        return
+    name, first = stuck[0]
+    message = f"{name}: container {first.container}: {first.message or first.reason}"
+    if len(stuck) > 1:
+        message += f" (and {len(stuck) - 1} more worker{'s' if len(stuck) > 2 else ''})"
+    old = condition(conds.items, c.COND_NOT_STARTING) or {}
+    news = old.get("status") != "True" or _cause(old.get("reason")) != _cause(first.reason)
+    conds.set(c.COND_NOT_STARTING, True, first.reason, message, WARNING if news else None)
+
+
+def _cause(reason: str | None) -> str | None:
+    return SAME_CAUSE.get(reason or "", reason)

@@ -1,0 +1,61 @@
+"""Unit tests of the pod summary: what the operator keeps of a worker pod's status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddp_operator import builders
+from ddp_operator.jobspec import resolve
+from ddp_operator.workers import Waiting, observe
+
+from jobs import ddpjob
+
+
+def pod(status: dict[str, Any]) -> dict[str, Any]:
+    body = ddpjob("j", "ns", nodes=1)
+    body["metadata"]["uid"] = "u"
+    worker = builders.build_worker_pod(resolve(body), 0, attempt=0)
+    worker["status"] = status
+    return worker
+
+
+def waiting(name: str, reason: str, message: str | None = None) -> dict[str, Any]:
+    state = {"reason": reason, **({"message": message} if message is not None else {})}
+    return {"name": name, "state": {"waiting": state}}
+
+
+def test_a_container_that_cannot_start_is_kept_with_the_kubelets_words() -> None:
+    msg = 'Back-off pulling image "pytorch/pytroch:2.3"'
+    w = observe(
+        pod(
+            {"phase": "Pending", "containerStatuses": [waiting("trainer", "ImagePullBackOff", msg)]}
+        )
+    )
+    assert w is not None and w.not_starting == Waiting("trainer", "ImagePullBackOff", msg)
+
+
+def test_containers_on_their_normal_way_to_start_are_not() -> None:
+    for reason in ("ContainerCreating", "PodInitializing"):
+        w = observe(pod({"phase": "Pending", "containerStatuses": [waiting("trainer", reason)]}))
+        assert w is not None and w.not_starting is None, reason
+    running = {"name": "trainer", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+    assert observe(pod({"phase": "Running", "containerStatuses": [running]})).not_starting is None
+    assert observe(pod({"phase": "Pending"})).not_starting is None
+
+
+def test_an_init_container_comes_first_and_a_missing_message_is_empty() -> None:
+    status = {
+        "phase": "Pending",
+        "initContainerStatuses": [waiting("fetch", "ErrImageNeverPull")],
+        "containerStatuses": [waiting("trainer", "PodInitializing")],
+    }
+    assert observe(pod(status)).not_starting == Waiting("fetch", "ErrImageNeverPull", "")
+    status["initContainerStatuses"] = [
+        {"name": "fetch", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    ]
+    status["containerStatuses"] = [
+        {"name": "sidecar", "state": {"running": {}}},
+        waiting("trainer", "CreateContainerConfigError", 'configmap "cfg" not found'),
+    ]
+    found = observe(pod(status)).not_starting
+    assert found == Waiting("trainer", "CreateContainerConfigError", 'configmap "cfg" not found')
