@@ -1,7 +1,9 @@
 """pytest plugin: the cluster, a fresh namespace per test, the CRD and the operator.
 
 Markers: ``cluster`` (needs an API server: the local one, or KUBECONFIG), ``torch`` (real
-torch.distributed processes), ``docker`` and ``gpu`` (skipped, with the reason, where absent).
+torch.distributed processes), ``node`` (real containers on the local cluster's real node),
+``docker`` and ``gpu`` (skipped, with the reason, where absent), ``last`` (runs after all others:
+it takes the real node down).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness import realnode
 from harness.cluster import CRD_FILE, Cluster, connect, disconnect, wait_for
 from harness.operator import OperatorProcess
 
@@ -32,6 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a running Docker engine (kind)"))
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi)"))
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +46,14 @@ def cluster() -> Iterator[Cluster]:
         yield c
     finally:
         disconnect(c)
+
+
+@pytest.fixture(scope="session")
+def images(cluster: Cluster) -> dict[str, str]:
+    """The real node up, with its images (python, trainer, operator): their names."""
+    if not cluster.local:
+        pytest.skip("the real node joins the local cluster only (hack/cluster/realnode.sh)")
+    return realnode.images()
 
 
 @pytest.fixture(scope="session")

@@ -1,83 +1,29 @@
 """Real containers on the real node (hack/cluster/realnode.sh): a kubelet, containerd, runc, the
-CNI bridge in 198.18.0.0/15 and CoreDNS, beside the kwok nodes of the local cluster.
+CNI bridge in 198.18.0.0/15, CoreDNS and kube-proxy, beside the kwok nodes of the local cluster.
+These check the node itself; DDP jobs on it: test_realnode_jobs.py; the chart:
+test_realnode_chart.py.
 
-The images are built here without Docker (hack/cluster/image.sh: the trainer image from
-trainer_image/Dockerfile) and imported into the node's containerd. The last test takes the node
-down and checks that nothing of it is left on the machine.
+The images are built here without Docker (hack/cluster/image.sh, from the Dockerfiles) and
+imported into the node's containerd (the ``images`` fixture; cluster.sh up does it already). The
+last test of the session takes the node down and checks that nothing of it is left.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness import jobs
 from harness.cluster import ROOT, Cluster, wait_for
-from jobs import ddpjob
+from harness.realnode import NODE, POD_NET, pod_on_real_node, realnode, wait_pod_done
 
-# The first test also brings the node up: on a cold machine that builds containerd, the kubelet
-# and CoreDNS, the trainer image (torch fetched from PyPI) and imports it (~20 min, measured by
-# pieces); later runs only import the cached image (~2.5 min).
+# The first test also brings the node up if cluster.sh up did not: on a cold machine that builds
+# containerd, the kubelet and CoreDNS, the images (torch fetched from PyPI) and imports them
+# (~20 min, measured by pieces); later runs find them imported.
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
-
-REALNODE_SH = ROOT / "hack" / "cluster" / "realnode.sh"
-KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
-POD_NET = ipaddress.ip_network("198.18.0.0/15")
-NODE = "real-node-0"
-ON_REAL_NODE: dict[str, Any] = {
-    "nodeSelector": {"ddp-operator.io/node": "real"},
-    "tolerations": [
-        {"key": "ddp-operator.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
-    ],
-}
-
-
-def realnode(*args: str, timeout: float = 1800) -> str:
-    """Run realnode.sh; its stdout (what it prints on success)."""
-    done = subprocess.run(
-        [str(REALNODE_SH), *args], capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, f"realnode.sh {' '.join(args)}:\n{done.stderr[-4000:]}"
-    return done.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def images(cluster: Cluster) -> dict[str, str]:
-    """The real node up, with the small Python test image and the trainer image imported."""
-    if not cluster.local:
-        pytest.skip("the real node joins the local cluster only (hack/cluster/realnode.sh)")
-    realnode("up")
-    return {"python": realnode("image"), "trainer": realnode("trainer")}
-
-
-def pod_on_real_node(name: str, image: str, command: list[str], **spec: Any) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            **ON_REAL_NODE,
-            "containers": [
-                {"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}
-            ],
-            **spec,
-        },
-    }
-
-
-def wait_pod_done(cluster: Cluster, ns: str, name: str, timeout: float = 180) -> Any:
-    def done() -> Any:
-        pod = cluster.core.read_namespaced_pod(name, ns)
-        return pod if pod.status.phase in ("Succeeded", "Failed") else None
-
-    return wait_for(done, timeout=timeout, what=f"pod {name} to finish")
 
 
 def test_a_pod_runs_in_a_real_container(
@@ -137,93 +83,67 @@ def test_a_worker_name_resolves_through_cluster_dns(
     assert log.splitlines()[-1] == ip
 
 
-def trainer_job(name: str, namespace: str, image: str, args: list[str], **spec: Any) -> dict:
-    template = {
-        "spec": {
-            **ON_REAL_NODE,
-            # A restart waits until the old group is gone: worker 0, waiting at the rendezvous
-            # for a peer that crashed, is killed 5 s after SIGTERM instead of the default 30 s.
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "args": args,
-                }
-            ],
-        }
-    }
-    return ddpjob(name, namespace, nodes=2, backend="gloo", template=template, **spec)
-
-
-def test_torchrun_across_two_real_pods(
-    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
+    cluster: Cluster, namespace: str, images: dict[str, str]
 ) -> None:
-    """2 pods x 2 torchrun processes find worker 0 by its DNS name and all-reduce over gloo;
-    `kubectl ddp logs` shows every rank, `kubectl ddp status` the real exit codes."""
-    job = trainer_job(
-        "ddp",
-        namespace,
-        images["trainer"],
-        ["torchrun", "examples/scripts/allreduce.py"],
-        procsPerNode=2,
-        backoffLimit=0,
+    """In-cluster config as client libraries use it: the `kubernetes` Service's ClusterIP from the
+    environment, the ServiceAccount's token, the cluster's CA (kube-proxy and the forwarder on
+    the bridge take it to the API server on loopback)."""
+    probe = (
+        "import json, os, ssl, urllib.request\n"
+        "d = '/var/run/secrets/kubernetes.io/serviceaccount/'\n"
+        "host = os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT']\n"
+        "req = urllib.request.Request('https://%s:%s/version' % host,\n"
+        "    headers={'Authorization': 'Bearer ' + open(d + 'token').read()})\n"
+        "ctx = ssl.create_default_context(cafile=d + 'ca.crt')\n"
+        "v = json.load(urllib.request.urlopen(req, context=ctx, timeout=20))\n"
+        "print(json.dumps({'host': host[0], 'port': host[1], 'version': v['gitVersion']}))\n"
     )
-    jobs.apply(cluster, job)
-    jobs.wait_phase(cluster, namespace, "ddp", "Succeeded", timeout=300)
-    logs = kubectl_ddp(cluster, "logs", "ddp", "-n", namespace)
-    for rank in range(4):
-        assert f"ALLREDUCE ok rank={rank} world=4 sum=10" in logs, logs
-    status = kubectl_ddp(cluster, "status", "ddp", "-n", namespace)
-    assert "Succeeded" in status and NODE in status, status
+    pod = pod_on_real_node("api", images["python"], ["python3", "-c", probe])
+    cluster.core.create_namespaced_pod(namespace, pod)
+    done = wait_pod_done(cluster, namespace, "api")
+    log = cluster.core.read_namespaced_pod_log("api", namespace).strip()
+    assert done.status.phase == "Succeeded", log
+    service = cluster.core.read_namespaced_service("kubernetes", "default")
+    seen = json.loads(log.splitlines()[-1])
+    assert seen["host"] == service.spec.cluster_ip and seen["port"] == "443"
+    pinned = (ROOT / "hack" / "cluster" / "versions.env").read_text()
+    assert f"K8S_VERSION={seen['version']}\n" in pinned, seen
 
 
-def kubectl_ddp(cluster: Cluster, *args: str) -> str:
-    """`kubectl ddp ARGS` against the cluster; its output, which must be a success."""
-    env = {"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([KUBECTL_DDP, *args], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def test_a_real_crash_restarts_the_group_which_then_succeeds(
-    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+def test_an_image_not_on_the_node_fails_at_once_and_nothing_leaves_the_machine(
+    cluster: Cluster, namespace: str, images: dict[str, str]
 ) -> None:
-    """Worker 1 exits 3 in attempt 0 (a real process's exit code, as the kubelet reports it):
-    the group restarts and attempt 1 succeeds."""
-    script = (
-        'if [ "$DDP_ATTEMPT" = 0 ] && [ "$NODE_RANK" = 1 ]; then echo crash; exit 3; fi; '
-        "exec torchrun examples/scripts/allreduce.py"
-    )
-    job = trainer_job("crash", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=2)
-    jobs.apply(cluster, job)
-    done = jobs.wait_phase(cluster, namespace, "crash", "Succeeded", timeout=300)
-    assert done["status"]["restarts"] == 1
-    failed = jobs.wait_event(cluster, namespace, "crash", "WorkerFailed")
-    assert any("crash-worker-1 exited with code 3" in e["message"] for e in failed), failed
+    """Every registry is a closed port on loopback: a pull fails with ErrImagePull, saying so."""
+    pod = pod_on_real_node("pull", "registry.example/absent:1", ["true"])
+    pod["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    cluster.core.create_namespaced_pod(namespace, pod)
+
+    def waiting() -> object:
+        statuses = cluster.core.read_namespaced_pod("pull", namespace).status.container_statuses
+        state = statuses and statuses[0].state.waiting
+        return state if state and state.reason in ("ErrImagePull", "ImagePullBackOff") else None
+
+    state = wait_for(waiting, timeout=60, what="the pull to fail")
+    assert "127.0.0.1:1" in (state.message or "") or state.reason == "ImagePullBackOff", state
 
 
-def test_dev_shm_is_memory_backed_and_of_the_requested_size(
-    cluster: Cluster, namespace: str, operator, images: dict[str, str]
-) -> None:
-    """`shmSize` gives each worker a tmpfs /dev/shm of that size (DataLoader workers and gloo
-    need more than a container runtime's default 64 MiB)."""
-    show = "grep ' /dev/shm ' /proc/mounts; df -k /dev/shm | tail -n 1"
-    job = trainer_job("shm", namespace, images["trainer"], ["sh", "-c", show], shmSize="256Mi")
-    job["spec"]["nodes"] = 1
-    jobs.apply(cluster, job)
-    jobs.wait_phase(cluster, namespace, "shm", "Succeeded", timeout=180)
-    log = cluster.core.read_namespaced_pod_log("shm-worker-0", namespace)
-    mount, usage = [line.split() for line in log.splitlines() if line.startswith("tmpfs ")]
-    assert mount[1:3] == ["/dev/shm", "tmpfs"] and "size=262144k" in mount[3], log
-    assert usage[1] == "262144" and usage[5] == "/dev/shm", log  # 1K-blocks: 256 MiB
-
-
+@pytest.mark.last
 def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) -> None:
-    """No process, mount, network namespace or bridge of the node is left behind."""
+    """No process, mount, network namespace, bridge, iptables chain or changed kernel setting of
+    the node is left behind."""
+    saved = (ROOT / ".cluster" / "realnode" / "sysctl.saved").read_text().split()
     realnode("down")
-    programs = {"containerd", "containerd-shim-runc-v2", "kubelet", "coredns", "pause", "runc"}
+    programs = {
+        "containerd",
+        "containerd-shim-runc-v2",
+        "kubelet",
+        "kube-proxy",
+        "coredns",
+        "pause",
+        "runc",
+        "socat",
+    }
     left = []
     for exe in Path("/proc").glob("[0-9]*/exe"):
         try:
@@ -238,6 +158,12 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
     assert "/run/netns" not in mounts and "/run/containerd" not in mounts
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert " ddp0:" not in links and "veth" not in links
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert "KUBE-" not in rules, rules
+    for line in saved:
+        key, value = line.split("=", 1)
+        now = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True).stdout
+        assert now.strip() == value, (key, value, now)
     assert not (ROOT / ".cluster" / "realnode").exists()
     nodes = [n.metadata.name for n in cluster.core.list_node().items]
     assert NODE not in nodes

@@ -102,7 +102,7 @@ def test_backoff_limit_exhausted_fails_and_stops_running_workers() -> None:
     running = own("j-worker-1", 1, 1, "Running", uid="b")
     p, st = advance(j, st, [bad, running])
     assert st["phase"] == "Failed" and cond(st, "Failed")["reason"] == "BackoffLimitExceeded"
-    assert "exited with code 137 (OOMKilled)" in cond(st, "Failed")["message"]
+    assert "exited with code 137 (OOMKilled, killed by SIGKILL)" in cond(st, "Failed")["message"]
     assert [x.name for x in p.delete] == ["j-worker-1"]  # cleanPodPolicy Running
 
 

@@ -59,3 +59,18 @@ def test_an_init_container_comes_first_and_a_missing_message_is_empty() -> None:
     ]
     found = observe(pod(status)).not_starting
     assert found == Waiting("trainer", "CreateContainerConfigError", 'configmap "cfg" not found')
+
+
+def terminated(code: int, reason: str) -> dict[str, Any]:
+    return {"name": "trainer", "state": {"terminated": {"exitCode": code, "reason": reason}}}
+
+
+def test_an_exit_code_of_a_signal_names_the_signal() -> None:
+    for code, reason, words in (
+        (137, "Error", "exited with code 137 (Error, killed by SIGKILL)"),
+        (143, "Error", "exited with code 143 (Error, killed by SIGTERM)"),
+        (3, "Error", "exited with code 3 (Error)"),
+        (200, "Error", "exited with code 200 (Error)"),  # 128 + 72: no such signal
+    ):
+        w = observe(pod({"phase": "Failed", "containerStatuses": [terminated(code, reason)]}))
+        assert w is not None and words in w.describe_end(), (code, w.describe_end())

@@ -189,8 +189,8 @@ provide() {
   # Earlier builds of this image (its name up to the key: trainer:torch2.5.1-<key>, operator:<key>)
   # go, from the cache and from the node (containerd then collects their content): the trainer
   # image is 3.2 GB.
-  local stem="${ref%-*}" old
-  [[ "$stem" != "$ref" ]] || stem="${ref%:*}:"
+  local stem="${ref%:*}:" old
+  if [[ "${ref##*:}" == *-* ]]; then stem="${ref%-*}-"; fi
   for old in "${tar%-*}"-*.tar; do
     if [[ "$old" != "$tar" && -f "$old" ]]; then rm -f "$old"; fi
   done

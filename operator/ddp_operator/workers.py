@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,14 @@ from . import constants as c
 # Waiting reasons of a container on its normal way to start; any other one means it cannot
 # (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...): the kubelet retries it.
 STARTING = ("ContainerCreating", "PodInitializing")
+
+
+def _signal_name(exit_code: int) -> str | None:
+    """ "killed by SIGKILL" for a shell-style exit code 128+N of a known signal N, else None."""
+    try:
+        return f"killed by {signal.Signals(exit_code - 128).name}" if exit_code > 128 else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -49,8 +58,9 @@ class WorkerPod:
         text = self.name
         if self.exit_code is not None:
             text += f" exited with code {self.exit_code}"
-            if self.reason:
-                text += f" ({self.reason})"
+            killed = _signal_name(self.exit_code)
+            if self.reason or killed:
+                text += f" ({', '.join(filter(None, (self.reason, killed)))})"
         elif self.reason:
             text += f" failed: {self.reason}"
         else:

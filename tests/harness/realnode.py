@@ -1,0 +1,124 @@
+"""The local cluster's real node (hack/cluster/realnode.sh) for tests: its images, pods and jobs
+placed on it, and what runs there (real processes, seen through containerd)."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cluster import ROOT, Cluster, wait_for
+from jobs import ddpjob
+
+REALNODE_SH = ROOT / "hack" / "cluster" / "realnode.sh"
+BUILD_SH = ROOT / "hack" / "cluster" / "build.sh"
+SOCK = ROOT / ".cluster" / "realnode" / "containerd" / "containerd.sock"
+KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
+POD_NET = ipaddress.ip_network("198.18.0.0/15")
+NODE = "real-node-0"
+# How a pod (or a DDPJob's template) asks for the real node: its label and its taint.
+ON_REAL_NODE: dict[str, Any] = {
+    "nodeSelector": {"ddp-operator.io/node": "real"},
+    "tolerations": [
+        {"key": "ddp-operator.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    ],
+}
+
+
+def realnode(*args: str, timeout: float = 1800) -> str:
+    """Run realnode.sh; its stdout (what it prints on success)."""
+    done = subprocess.run(
+        [str(REALNODE_SH), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"realnode.sh {' '.join(args)}:\n{done.stderr[-4000:]}"
+    return done.stdout.strip()
+
+
+def images() -> dict[str, str]:
+    """The node up (a no-op when cluster.sh up brought it) and the names of its images: the
+    small Python image, the trainer image and the operator image (built, or taken from the cache,
+    and imported)."""
+    realnode("up")
+    return {
+        "python": realnode("image"),
+        "trainer": realnode("trainer"),
+        "operator": realnode("operator"),
+    }
+
+
+def pod_on_real_node(name: str, image: str, command: list[str], **spec: Any) -> dict:
+    """A one-container pod for the real node that runs once."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            **ON_REAL_NODE,
+            "containers": [
+                {"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}
+            ],
+            **spec,
+        },
+    }
+
+
+def for_real_node(job: dict, image: str) -> dict:
+    """A DDPJob manifest with its trainer image replaced by ``image`` and its pods on the node.
+
+    A restart waits until the old group is gone: a worker waiting at the rendezvous for a peer
+    that crashed is killed 5 s after SIGTERM instead of the default 30 s."""
+    spec = job["spec"]["template"]["spec"]
+    spec |= {**ON_REAL_NODE, "terminationGracePeriodSeconds": 5}
+    for container in spec["containers"]:
+        container |= {"image": image, "imagePullPolicy": "IfNotPresent"}
+    return job
+
+
+def trainer_job(name: str, namespace: str, image: str, args: list[str], **spec: Any) -> dict:
+    """A gloo DDPJob of 2 workers running ``args`` in the trainer image (through its entrypoint,
+    ddp-wait)."""
+    template = {"spec": {"containers": [{"name": "trainer", "image": image, "args": args}]}}
+    job = ddpjob(name, namespace, nodes=2, backend="gloo", template=template, **spec)
+    return for_real_node(job, image)
+
+
+def wait_pod_done(cluster: Cluster, ns: str, name: str, timeout: float = 180) -> Any:
+    """The pod once it Succeeded or Failed."""
+
+    def done() -> Any:
+        pod = cluster.core.read_namespaced_pod(name, ns)
+        return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+    return wait_for(done, timeout=timeout, what=f"pod {name} to finish")
+
+
+def kubectl_ddp(cluster: Cluster, *args: str) -> str:
+    """`kubectl ddp ARGS` against the cluster; its output, which must be a success."""
+    env = {"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([KUBECTL_DDP, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def ctr(*args: str) -> str:
+    """containerd's `ctr` on the node's socket (namespace k8s.io); its output."""
+    bindir = subprocess.run(
+        [str(BUILD_SH), "real-node"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    cmd = [f"{bindir}/ctr", "--address", str(SOCK), "--namespace", "k8s.io", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def container_pid(cluster: Cluster, ns: str, pod: str) -> int:
+    """The host PID of the main process of the pod's first container."""
+    status = cluster.core.read_namespaced_pod(pod, ns).status.container_statuses[0]
+    cid = status.container_id.removeprefix("containerd://")
+    for line in ctr("tasks", "ls").splitlines()[1:]:
+        task, pid, _ = line.split()
+        if task == cid:
+            return int(pid)
+    raise AssertionError(f"no task of container {cid} ({pod})")

@@ -1,0 +1,211 @@
+"""DDPJobs in real containers on the real node (hack/cluster/realnode.sh): the operator (the
+session's, on this machine) creates the pods, the kubelet runs them, gloo connects them through
+the pod network and cluster DNS, and the kubelet's exit codes decide the outcome."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from conftest import TEST_NS_PREFIX
+
+from harness import jobs
+from harness.cluster import ROOT, Cluster, wait_for
+from harness.realnode import (
+    NODE,
+    container_pid,
+    for_real_node,
+    kubectl_ddp,
+    trainer_job,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
+
+RESULT = re.compile(r"ALLREDUCE (\w+) rank=(\d+) world=(\d+) sum=(\d+)")
+LAUNCHERS = ROOT / "examples" / "launchers"
+# Every launch style of examples/launchers (as tests/test_launchers.py runs them with `kubectl ddp
+# local`), unchanged but for the image and the placement: (manifest, world size).
+STYLES = [
+    ("torchrun-bare", 4),
+    ("torchrun-c10d", 4),
+    ("torchrun-elastic", 4),
+    ("distributed-launch", 4),
+    ("mp-spawn", 4),
+    ("env-one-per-pod", 2),
+    ("platform-script", 4),
+]
+
+
+def assert_all_ranks(logs: str, world: int) -> None:
+    found = RESULT.findall(logs)
+    assert sorted(int(r) for _, r, _, _ in found) == list(range(world)), logs
+    assert {(ok, int(w), int(s)) for ok, _, w, s in found} == {
+        ("ok", world, world * (world + 1) // 2)
+    }, logs
+
+
+def test_torchrun_across_two_real_pods(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """2 pods x 2 torchrun processes find worker 0 by its DNS name and all-reduce over gloo;
+    `kubectl ddp logs` shows every rank, `kubectl ddp status` the real exit codes."""
+    job = trainer_job(
+        "ddp",
+        namespace,
+        images["trainer"],
+        ["torchrun", "examples/scripts/allreduce.py"],
+        procsPerNode=2,
+        backoffLimit=0,
+    )
+    jobs.apply(cluster, job)
+    jobs.wait_phase(cluster, namespace, "ddp", "Succeeded", timeout=300)
+    assert_all_ranks(kubectl_ddp(cluster, "logs", "ddp", "-n", namespace), 4)
+    status = kubectl_ddp(cluster, "status", "ddp", "-n", namespace)
+    assert "Succeeded" in status and NODE in status, status
+
+
+@pytest.fixture(scope="module")
+def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> Iterator[str]:
+    """Every launch style's job applied at once in one namespace (the node runs them side by
+    side), each left to finish."""
+    ns = f"{TEST_NS_PREFIX}styles"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30)
+    try:
+        for style, _ in STYLES:
+            job = yaml.safe_load((LAUNCHERS / f"{style}.yaml").read_text())
+            job["metadata"]["namespace"] = ns
+            jobs.apply(cluster, for_real_node(job, images["trainer"]))
+        for style, _ in STYLES:
+            wait_for(
+                lambda s=style: (
+                    (jobs.get(cluster, ns, s) or {}).get("status", {}).get("phase")
+                    in ("Succeeded", "Failed")
+                ),
+                timeout=900,
+                what=f"{style} to finish",
+            )
+        yield ns
+    finally:
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+@pytest.mark.parametrize(("style", "world"), STYLES, ids=[s for s, _ in STYLES])
+def test_launch_style_runs_unchanged_in_real_pods(
+    cluster: Cluster, launched: str, style: str, world: int
+) -> None:
+    job = jobs.get(cluster, launched, style)
+    logs = kubectl_ddp(cluster, "logs", style, "-n", launched)
+    assert job["status"]["phase"] == "Succeeded", (job["status"], logs)
+    assert_all_ranks(logs, world)
+
+
+def test_a_real_crash_restarts_the_group_which_then_succeeds(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """Worker 1 exits 3 in attempt 0 (a real process's exit code, as the kubelet reports it):
+    the group restarts and attempt 1 succeeds."""
+    script = (
+        'if [ "$DDP_ATTEMPT" = 0 ] && [ "$NODE_RANK" = 1 ]; then echo crash; exit 3; fi; '
+        "exec torchrun examples/scripts/allreduce.py"
+    )
+    job = trainer_job("crash", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=2)
+    jobs.apply(cluster, job)
+    done = jobs.wait_phase(cluster, namespace, "crash", "Succeeded", timeout=300)
+    assert done["status"]["restarts"] == 1
+    failed = jobs.wait_event(cluster, namespace, "crash", "WorkerFailed")
+    assert any("crash-worker-1 exited with code 3" in e["message"] for e in failed), failed
+
+
+def test_a_worker_killed_with_sigkill_restarts_the_group(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """Worker 0's process is killed with SIGKILL from the host (as the OOM killer would): the
+    kubelet reports exit code 137, the group restarts and attempt 1 trains to the end."""
+    script = (
+        'if [ "$DDP_ATTEMPT" = 0 ]; then exec python3 -c "import time; time.sleep(600)"; fi; '
+        "exec torchrun examples/scripts/allreduce.py"
+    )
+    job = trainer_job("killed", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=1)
+    jobs.apply(cluster, job)
+    wait_for(
+        lambda: (
+            (jobs.get(cluster, namespace, "killed") or {}).get("status", {}).get("phase")
+            == "Running"
+        ),
+        timeout=120,
+        what="attempt 0 running",
+    )
+    pid = wait_for(
+        lambda: _pid_if_running(cluster, namespace, "killed-worker-0"),
+        timeout=60,
+        what="worker 0's process",
+    )
+    os.kill(pid, signal.SIGKILL)
+    done = jobs.wait_phase(cluster, namespace, "killed", "Succeeded", timeout=300)
+    assert done["status"]["restarts"] == 1
+    failed = jobs.wait_event(cluster, namespace, "killed", "WorkerFailed")
+    words = "killed-worker-0 exited with code 137 (Error, killed by SIGKILL)"
+    assert any(words in e["message"] for e in failed), failed
+    assert_all_ranks(kubectl_ddp(cluster, "logs", "killed", "-n", namespace), 2)
+
+
+def _pid_if_running(cluster: Cluster, ns: str, pod: str) -> int | None:
+    statuses = cluster.core.read_namespaced_pod(pod, ns).status.container_statuses or []
+    if not (statuses and statuses[0].state.running):
+        return None
+    return container_pid(cluster, ns, pod)
+
+
+def test_ddp_wait_holds_the_workers_until_a_late_worker_0_listens(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """Worker 0 starts its training 20 s late (a slow image pull, a slow node): worker 1's
+    ddp-wait (the trainer image's entrypoint) waits for its port, then both rendezvous."""
+    script = 'if [ "$NODE_RANK" = 0 ]; then sleep 20; fi; exec python examples/scripts/allreduce.py'
+    job = trainer_job("late", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=0)
+    jobs.apply(cluster, job)
+    jobs.wait_phase(cluster, namespace, "late", "Succeeded", timeout=300)
+    waited = cluster.core.read_namespaced_pod_log("late-worker-1", namespace)
+    assert "ddp-wait: waiting for" in waited and ":29500" in waited, waited
+    assert_all_ranks(kubectl_ddp(cluster, "logs", "late", "-n", namespace), 2)
+
+
+def test_an_image_missing_on_the_node_is_on_the_job(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """A mistyped image (never pulled here) leaves the pods waiting: the job says why, with the
+    kubelet's words, as a condition and a Warning Event; it does not fail or restart."""
+    job = trainer_job("typo", namespace, "ddp-operator.io/trainner:1", ["true"])
+    for container in job["spec"]["template"]["spec"]["containers"]:
+        container["imagePullPolicy"] = "Never"
+    jobs.apply(cluster, job)
+    seen = jobs.wait_condition(cluster, namespace, "typo", "ContainersNotStarting", timeout=120)
+    cond = jobs.condition(seen, "ContainersNotStarting")
+    assert cond["reason"] == "ErrImageNeverPull", cond
+    assert "typo-worker-0: container trainer" in cond["message"], cond
+    assert "ddp-operator.io/trainner:1" in cond["message"], cond
+    events = jobs.wait_event(cluster, namespace, "typo", "ErrImageNeverPull")
+    assert events[0]["type"] == "Warning", events
+    job_now = jobs.get(cluster, namespace, "typo")
+    assert job_now["status"]["phase"] == "Pending" and job_now["status"].get("restarts", 0) == 0
+
+
+def test_dev_shm_is_memory_backed_and_of_the_requested_size(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """`shmSize` gives each worker a tmpfs /dev/shm of that size (DataLoader workers and gloo
+    need more than a container runtime's default 64 MiB)."""
+    show = "grep ' /dev/shm ' /proc/mounts; df -k /dev/shm | tail -n 1"
+    job = trainer_job("shm", namespace, images["trainer"], ["sh", "-c", show], shmSize="256Mi")
+    job["spec"]["nodes"] = 1
+    jobs.apply(cluster, job)
+    jobs.wait_phase(cluster, namespace, "shm", "Succeeded", timeout=180)
+    log = cluster.core.read_namespaced_pod_log("shm-worker-0", namespace)
+    mount, usage = [line.split() for line in log.splitlines() if line.startswith("tmpfs ")]
+    assert mount[1:3] == ["/dev/shm", "tmpfs"] and "size=262144k" in mount[3], log
+    assert usage[1] == "262144" and usage[5] == "/dev/shm", log  # 1K-blocks: 256 MiB
