@@ -16,5 +16,6 @@ RUN pip install --no-cache-dir --no-compile /wheels/*.whl && rm -rf /wheels \
 USER 10001
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 EXPOSE 8080 9090
-ENTRYPOINT ["ddp-operator", "run"]
-CMD ["--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=9090"]
+# The chart gives its own arguments (`run ...`), replacing CMD.
+ENTRYPOINT ["ddp-operator"]
+CMD ["run", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=9090"]
