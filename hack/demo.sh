@@ -2,10 +2,10 @@
 # `make demo`: a cluster (the local one unless KUBECONFIG is set), the CRD, the operator, and
 # examples/cpu-job.yaml taken to Succeeded.
 #
-# On the local cluster the pods are kwok's: nothing runs inside them. The demo then plays the
-# kubelet's part: once every worker is Running, it runs the job's trainer containers as real
-# PyTorch processes (`kubectl ddp local`, gloo on the CPU) and reports each worker's exit code on
-# its pod (the kwok stage's annotation). On a real cluster the containers run by themselves.
+# On the local cluster the job runs in real containers on its real node (hack/cluster/realnode.sh:
+# a kubelet and containerd): the manifest is applied with the trainer image built here, the
+# node's selector and toleration, and a CPU request that fits its 2 cores (shown below). On
+# another cluster (KUBECONFIG) it is applied as it is.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -15,7 +15,7 @@ t0=$SECONDS
 say() { printf '\n==> %s\n' "$*"; }
 
 if [[ -z "${KUBECONFIG:-}" ]]; then
-  say "Local control plane (first run builds it from Go modules: ~8 minutes on 2 cores)"
+  say "Local cluster: control plane, fake nodes and a real node (first run builds it all: see README)"
   hack/cluster/cluster.sh up
   export KUBECONFIG="$root/.cluster/kubeconfig"
   export PATH="$root/.cluster/bin:$PATH"
@@ -38,24 +38,34 @@ trap 'kill $operator 2>/dev/null || true; wait $operator 2>/dev/null || true' EX
 say "Job: examples/cpu-job.yaml in namespace $ns"
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
 kubectl -n "$ns" delete ddpjob "$job" --ignore-not-found --wait=true
-kubectl -n "$ns" apply -f examples/cpu-job.yaml
-kubectl -n "$ns" wait --for=condition=Running --timeout=120s "ddpjob/$job"
-kubectl -n "$ns" get ddpjob,pods,svc -o wide
-
 if [[ $local_cluster == 1 ]]; then
-  say "Running the workers' containers as local PyTorch processes (kubectl ddp local)"
-  set +e
-  .venv/bin/kubectl-ddp local examples/cpu-job.yaml --namespace "$ns"
-  code=$?
-  set -e
-  say "Reporting exit code $code on every worker pod, as a kubelet would"
-  for pod in $(kubectl -n "$ns" get pods -l "ddp-operator.io/job-name=$job" -o name); do
-    kubectl -n "$ns" annotate "$pod" "kwok.ddp-operator.io/exit-code=$code" --overwrite
-  done
-  [[ $code == 0 ]] || { echo "demo: the training exited $code" >&2; exit 1; }
+  trainer="$(hack/cluster/realnode.sh trainer)"
+  patch='[
+    {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "'"$trainer"'"},
+    {"op": "add", "path": "/spec/template/spec/containers/0/imagePullPolicy", "value": "IfNotPresent"},
+    {"op": "replace", "path": "/spec/template/spec/containers/0/resources/requests/cpu", "value": "500m"},
+    {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"ddp-operator.io/node": "real"}},
+    {"op": "add", "path": "/spec/template/spec/tolerations", "value": [
+      {"key": "ddp-operator.io/real-node", "operator": "Exists", "effect": "NoSchedule"}]}
+  ]'
+  echo "On the real node of the local cluster, with this JSON patch: $patch"
+  kubectl patch --local -f examples/cpu-job.yaml --type=json -p "$patch" -o yaml |
+    kubectl -n "$ns" apply -f -
+else
+  kubectl -n "$ns" apply -f examples/cpu-job.yaml
 fi
+kubectl -n "$ns" wait --for=condition=Succeeded --timeout=600s "ddpjob/$job" || {
+  kubectl -n "$ns" get ddpjob,pods -o wide
+  .venv/bin/kubectl-ddp status "$job" -n "$ns"
+  echo "demo: the job did not succeed" >&2
+  exit 1
+}
+kubectl -n "$ns" get pods -o wide -l "ddp-operator.io/job-name=$job"
+say "Training output of every worker (kubectl ddp logs $job)"
+.venv/bin/kubectl-ddp logs "$job" -n "$ns"
+say "Workers and exit codes (kubectl ddp status $job)"
+.venv/bin/kubectl-ddp status "$job" -n "$ns"
 
-kubectl -n "$ns" wait --for=condition=Succeeded --timeout=600s "ddpjob/$job"
 say "Result"
 kubectl -n "$ns" get ddpjob "$job"
 kubectl -n "$ns" get events --field-selector "involvedObject.name=$job" --sort-by=.lastTimestamp
