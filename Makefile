@@ -1,5 +1,5 @@
 # ddp-operator: every target creates .venv (the project, editable, with its test and trainer
-# extras) when missing, and uses it. See README.md.
+# extras: hack/venv.sh) when missing, and uses it. See README.md.
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -19,10 +19,9 @@ help:
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
 	@echo "make chaos [CHAOS_MINUTES=3] [CHAOS_SEED=n]   scripted jobs under random faults (local)"
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,trainer]'
+# The project, editable, on its dependencies' environment cached in ~/.cache/ddp-operator.
+$(STAMP): pyproject.toml hack/venv.sh
+	PYTHON=$(PYTHON) hack/venv.sh
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)

@@ -164,9 +164,9 @@ def _pid_if_running(cluster: Cluster, ns: str, pod: str) -> int | None:
 def test_ddp_wait_holds_the_workers_until_a_late_worker_0_listens(
     cluster: Cluster, namespace: str, operator, images: dict[str, str]
 ) -> None:
-    """Worker 0 starts its training 20 s late (a slow image pull, a slow node): worker 1's
+    """Worker 0 starts its training 10 s late (a slow image pull, a slow node): worker 1's
     ddp-wait (the trainer image's entrypoint) waits for its port, then both rendezvous."""
-    script = 'if [ "$NODE_RANK" = 0 ]; then sleep 20; fi; exec python examples/scripts/allreduce.py'
+    script = 'if [ "$NODE_RANK" = 0 ]; then sleep 10; fi; exec python examples/scripts/allreduce.py'
     job = trainer_job("late", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=0)
     jobs.apply(cluster, job)
     jobs.wait_phase(cluster, namespace, "late", "Succeeded", timeout=300)

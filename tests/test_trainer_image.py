@@ -104,7 +104,7 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(
     ("path", "entrypoint"),
-    [(DOCKERFILE, ["ddp-wait", "--"]), (ROOT / "Dockerfile", ["ddp-operator", "run"])],
+    [(DOCKERFILE, ["ddp-wait", "--"]), (ROOT / "Dockerfile", ["ddp-operator"])],
     ids=["trainer", "operator"],
 )
 def test_dockerfile_is_well_formed(path: Path, entrypoint: list[str]) -> None:
