@@ -42,7 +42,9 @@ unit: $(STAMP)
 	$(BIN)/pytest -m "not cluster and not torch" $(PYTEST_ARGS)
 
 # Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
+# Without KUBECONFIG the local cluster's binaries and images are built (or found cached) first.
 test: lint $(STAMP)
+	if [[ -z "$${KUBECONFIG:-}" ]]; then hack/cluster/cluster.sh build; fi
 	$(BIN)/pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
 cluster-up: $(STAMP)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The local control plane: `cluster.sh up|down|stop|start|status`.
+# The local control plane: `cluster.sh build|up|down|stop|start|status`.
+# build:  builds (or finds cached) every binary and image `up` needs, starting nothing (make test
+#         runs it before the tests, so that a cold build is not inside a test's time limit).
 # up:     builds (or reuses) the pinned binaries, starts (or reuses) a kwok binary-runtime cluster
 #         (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok controller as local
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
@@ -117,6 +119,17 @@ down() {
 
 exists() { [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; }
 
+build() {
+  local t0=$SECONDS image
+  link_tools
+  if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
+    for image in image trainer operator; do
+      "$here/realnode.sh" "$image" >/dev/null || die "realnode.sh $image failed"
+    done
+  fi
+  log "binaries and images ready in $((SECONDS - t0))s"
+}
+
 alive() { [[ -e /proc/$1 && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
 
 stop() {
@@ -180,11 +193,12 @@ status() {
 }
 
 case "${1:-}" in
+  build) build ;;
   up) up ;;
   down) down ;;
   stop) stop ;;
   start) start ;;
   status) status ;;
   kubeconfig) echo "$kubeconfig" ;;
-  *) echo "usage: $0 up|down|stop|start|status|kubeconfig" >&2; exit 2 ;;
+  *) echo "usage: $0 build|up|down|stop|start|status|kubeconfig" >&2; exit 2 ;;
 esac
