@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local control plane: `cluster.sh build|up|down|stop|start|status`.
-# build:  builds (or finds cached) every binary and image `up` needs, starting nothing (make test
-#         runs it before the tests, so that a cold build is not inside a test's time limit).
+# build:  builds (or finds cached) every binary and image `up` needs, the images while the binaries
+#         compile, starting nothing (make test runs it before the tests, so that a cold build is
+#         not inside a test's time limit).
 # up:     builds (or reuses) the pinned binaries, starts (or reuses) a kwok binary-runtime cluster
 #         (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok controller as local
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
@@ -120,9 +121,19 @@ down() {
 exists() { [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; }
 
 build() {
-  local t0=$SECONDS image
-  link_tools
+  local t0=$SECONDS image images=""
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
+    # The images (downloads, then single-threaded work at nice 10) need none of the Go binaries:
+    # on a cold machine they build while the binaries compile (~8 min of ~32 saved).
+    (for image in base trainer operator; do
+      "$here/image.sh" "$image" >/dev/null || exit 1
+    done) &
+    images=$!
+  fi
+  link_tools
+  if [[ -n "$images" ]]; then
+    "$here/build.sh" real-node >/dev/null || die "the real node's binaries did not build"
+    wait "$images" || die "an image did not build (image.sh's log above)"
     for image in image trainer operator; do
       "$here/realnode.sh" "$image" >/dev/null || die "realnode.sh $image failed"
     done

@@ -34,6 +34,8 @@ storage=("--root" "$cache/buildah/storage" "--runroot" "$cache/buildah/run" "--s
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
 buildah_() { buildah "${storage[@]}" "$@"; }
+# Earlier builds are looked for there (set -e and pipefail: a missing directory would end this).
+mkdir -p "$cache/images"
 
 # remove_tree DIR: unmounts what debootstrap left mounted under DIR, then removes it without
 # crossing into another file system.

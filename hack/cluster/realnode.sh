@@ -180,8 +180,6 @@ provide() {
   [[ $(id -u) == 0 ]] || die "needs root"
   tools
   local out t0=$SECONDS
-  # image.sh looks for earlier builds there (set -e and pipefail: a missing directory ends it).
-  mkdir -p "$cache/images"
   out="$("$here/image.sh" "$@")"
   local tar="${out% *}" ref="${out#* }"
   if pid_of containerd >/dev/null && [[ -z "$(ctr_ images ls -q "name==$ref" 2>/dev/null)" ]]; then
