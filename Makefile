@@ -10,13 +10,14 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
-	bench bench-quick chaos
+	bench bench-quick bench-gang chaos
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
 	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
+	@echo "make bench-gang            what gang scheduling costs (64-worker job, each mode vs none)"
 	@echo "make chaos [CHAOS_MINUTES=3] [CHAOS_SEED=n]   scripted jobs under random faults (local)"
 
 # The project, editable, on its dependencies' environment cached in ~/.cache/ddp-operator.
@@ -65,6 +66,10 @@ bench: cluster-up
 
 bench-quick: cluster-up
 	$(BIN)/python bench/run.py --quick
+
+# What gang scheduling costs: one 64-worker job, each gang mode the cluster serves vs none.
+bench-gang: cluster-up
+	$(BIN)/python bench/gang.py
 
 # Scripted jobs under random faults on the local cluster (brought up if needed); the faults,
 # the checks and the report: tests/harness/chaos.py.

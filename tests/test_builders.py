@@ -84,8 +84,8 @@ def test_pod_shape() -> None:
         "volumes"
     ]
     assert {"name": c.SHM_VOLUME, "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
-    # gangScheduling present but empty: the job's name is the pod group.
-    assert meta["labels"]["scheduling.x-k8s.io/pod-group"] == "train"
+    # gangScheduling present but empty: Kubernetes' own gang, the job's name is the PodGroup.
+    assert spec["schedulingGroup"] == {"podGroupName": "train"}
     assert env_of(pod)["DDP_ATTEMPT"] == "2"
 
 

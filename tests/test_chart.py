@@ -172,6 +172,8 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
 
     assert can_i("create", "pods", "-n", namespace)
     assert can_i("patch", "ddpjobs.ddp-operator.io", "--subresource=status", "-n", namespace)
+    assert can_i("create", "podgroups.scheduling.k8s.io", "-n", namespace)  # gang scheduling
+    assert can_i("create", "workloads.scheduling.k8s.io", "-n", namespace)
     for denied in (
         ("get", "secrets", "-n", namespace),
         ("list", "secrets", "-A"),
@@ -183,6 +185,7 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
         ("create", "pods", "--subresource=exec", "-n", namespace),
         ("impersonate", "users"),
         ("patch", "ddpjobs.ddp-operator.io", "-n", namespace),  # only its status
+        ("delete", "podgroups.scheduling.k8s.io", "-n", namespace),  # GC removes them
     ):
         assert not can_i(*denied), denied
 

@@ -52,6 +52,23 @@ CASES = [
     ("reserved-rank", {"template": trainer_env("RANK")}, "RANK"),
     ("bad-shm", {"shmSize": "lots"}, "spec.shmSize"),
     ("bad-cleanup", {"cleanPodPolicy": "Sometimes"}, "spec.cleanPodPolicy"),
+    ("gang-scheduler", {"gangScheduling": {"scheduler": "Slurm"}}, "spec.gangScheduling.scheduler"),
+    (
+        "gang-group-name",
+        {"gangScheduling": {"podGroup": "My_Group"}},
+        "spec.gangScheduling.podGroup",
+    ),
+    (
+        "gang-topology-volcano",
+        {"gangScheduling": {"scheduler": "Volcano", "topologyKey": "zone"}},
+        "spec.gangScheduling.topologyKey",
+    ),
+    ("gang-queue-kubernetes", {"gangScheduling": {"queue": "q"}}, "spec.gangScheduling.queue"),
+    (
+        "gang-timeout-volcano",
+        {"gangScheduling": {"scheduler": "Volcano", "timeoutSeconds": 30}},
+        "spec.gangScheduling.timeoutSeconds",
+    ),
 ]
 
 

@@ -188,6 +188,25 @@ def _add_node_lost_tolerations(pod_spec: dict[str, Any]) -> None:
             )
 
 
+def join_gang(
+    job: JobSpec, labels: dict[str, str], annotations: dict[str, str], spec: dict[str, Any]
+) -> None:
+    """Make a worker pod a member of the job's gang (its group object: ``gang``) and send it to
+    the gang's scheduler, unless spec.schedulerName names one."""
+    gang = job.gang
+    if gang is None:
+        return
+    if gang.scheduler == c.GANG_KUBERNETES:
+        spec["schedulingGroup"] = {"podGroupName": gang.group}
+    elif gang.scheduler == c.GANG_COSCHEDULING:
+        labels[c.COSCHEDULING_LABEL] = gang.group
+    else:
+        annotations[c.VOLCANO_ANNOTATION] = gang.group
+    scheduler_name = job.scheduler_name or c.GANG_SCHEDULER_NAMES[gang.scheduler]
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+
+
 def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     """Pod ``<job>-worker-<index>`` of the given restart attempt."""
     template = copy.deepcopy(dict(job.template))
@@ -200,10 +219,6 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     labels[c.LABEL_INDEX] = str(index)
     labels[c.LABEL_ATTEMPT] = str(attempt)
     annotations = dict(meta.get("annotations") or {})
-    if job.gang is not None:
-        group = job.gang.get("podGroup") or job.name
-        labels["scheduling.x-k8s.io/pod-group"] = group
-        annotations["scheduling.k8s.io/group-name"] = group
 
     name = worker_name(job, index)
     pod_spec["hostname"] = name
@@ -211,6 +226,7 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     pod_spec["restartPolicy"] = "Never"  # the operator restarts the whole group, never one pod
     if job.scheduler_name:
         pod_spec["schedulerName"] = job.scheduler_name
+    join_gang(job, labels, annotations, pod_spec)
 
     trainer = pod_spec["containers"][trainer_index(pod_spec)]
     trainer["env"] = _merge_env(trainer.get("env") or [], build_env(job, index, attempt))

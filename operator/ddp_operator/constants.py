@@ -81,6 +81,21 @@ RESERVED_ENV = (
 NODE_LOST_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 NODE_LOST_GRACE_SECONDS = 30
 
+# Gang schedulers (spec.gangScheduling.scheduler) and the scheduler names their pods go to by
+# default (spec.schedulerName overrides): Kubernetes' own scheduler, scheduler-plugins' as a
+# second scheduler (its manifests' name), Volcano's.
+GANG_KUBERNETES = "Kubernetes"
+GANG_COSCHEDULING = "Coscheduling"
+GANG_VOLCANO = "Volcano"
+# How a pod names its group for scheduler-plugins (label) and Volcano (annotation).
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+GANG_SCHEDULER_NAMES = {
+    GANG_KUBERNETES: None,
+    GANG_COSCHEDULING: "scheduler-plugins-scheduler",
+    GANG_VOLCANO: "volcano",
+}
+
 # Condition types written to status.conditions.
 COND_CREATED = "Created"
 COND_RUNNING = "Running"
@@ -91,6 +106,7 @@ COND_SUSPENDED = "Suspended"
 COND_UNSCHEDULABLE = "Unschedulable"
 COND_NOT_STARTING = "ContainersNotStarting"
 COND_BLOCKED = "Blocked"
+COND_GANG = "GangScheduled"
 
 # Success and clean-up policies.
 SUCCESS_ALL_WORKERS = "AllWorkers"

@@ -6,9 +6,10 @@ PodSecurity violation (``PodSecurityViolation``), an admission webhook's denial
 (``AdmissionDenied``), or a spec the operator cannot resolve (``InvalidSpec``). Retrying cannot
 help: only a new spec can. Everything else is transient: quota (``QuotaExceeded``), throttling
 (``Throttled``), a namespace being deleted (``NamespaceTerminating``), missing permissions of the
-operator (``Forbidden``), conflicts with objects the job does not own (``NameConflict``,
-``WaitingForPreviousJob``), the API server unreachable or failing (``APIUnavailable``), and any
-other error (``OperatorError``).
+operator (``Forbidden``), a gang scheduler whose API the cluster does not serve
+(``GangSchedulingUnavailable``: no pod is created until it does), conflicts with objects the job
+does not own (``NameConflict``, ``WaitingForPreviousJob``), the API server unreachable or
+failing (``APIUnavailable``), and any other error (``OperatorError``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class NameConflict(Exception):
     def __init__(self, message: str, previous_job: bool = False):
         super().__init__(message)
         self.reason = "WaitingForPreviousJob" if previous_job else "NameConflict"
+
+
+class GangUnavailable(Exception):
+    """The cluster does not serve the API of the job's gang scheduler: no pod is created."""
 
 
 class StepFailed(Exception):
@@ -67,6 +72,8 @@ def classify(exc: BaseException) -> Failure:
         return Failure(True, "InvalidSpec", step + str(exc))
     if isinstance(exc, NameConflict):
         return Failure(False, exc.reason, step + str(exc))
+    if isinstance(exc, GangUnavailable):
+        return Failure(False, "GangSchedulingUnavailable", step + str(exc))
     status = getattr(exc, "status", None)
     message = step + api_message(exc)
     if not isinstance(status, int) or status == 0:

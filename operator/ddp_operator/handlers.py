@@ -15,7 +15,7 @@ import kopf
 from . import constants as c
 from . import metrics
 from .kube import Kube, api_client
-from .runner import Runners
+from .registry import Runners
 from .workers import observe
 
 runners = Runners()

@@ -32,6 +32,18 @@ class Accelerator:
 
 
 @dataclass(frozen=True)
+class Gang:
+    """All-or-nothing placement by one scheduler: its group object is ``group``, minimum the
+    job's node count."""
+
+    scheduler: str  # c.GANG_KUBERNETES, c.GANG_COSCHEDULING or c.GANG_VOLCANO
+    group: str
+    timeout_seconds: int | None = None
+    queue: str | None = None
+    topology_key: str | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Resolved spec of one DDPJob."""
 
@@ -54,7 +66,7 @@ class JobSpec:
     max_nodes: int | None = None
     shm_size: str | None = None
     scheduler_name: str | None = None
-    gang: Mapping[str, Any] | None = None
+    gang: Gang | None = None
 
     @property
     def kind_name(self) -> str:
@@ -158,5 +170,36 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         max_nodes=_opt_int(spec, "maxNodes"),
         shm_size=spec.get("shmSize"),
         scheduler_name=spec.get("schedulerName"),
-        gang=spec.get("gangScheduling"),
+        gang=_gang(spec.get("gangScheduling"), name),
+    )
+
+
+# What each scheduler's group object can express beyond its minimum (the CRD says the same).
+GANG_OPTIONS = {
+    c.GANG_KUBERNETES: ("topologyKey",),
+    c.GANG_COSCHEDULING: ("timeoutSeconds",),
+    c.GANG_VOLCANO: ("queue",),
+}
+
+
+def _gang(raw: Mapping[str, Any] | None, name: str) -> Gang | None:
+    if raw is None:
+        return None
+    scheduler = raw.get("scheduler") or c.GANG_KUBERNETES
+    if scheduler not in GANG_OPTIONS:
+        raise SpecError(
+            f"spec.gangScheduling.scheduler must be one of {', '.join(GANG_OPTIONS)}, "
+            f"not {scheduler!r}"
+        )
+    for option in ("topologyKey", "timeoutSeconds", "queue"):
+        if raw.get(option) is not None and option not in GANG_OPTIONS[scheduler]:
+            raise SpecError(
+                f"spec.gangScheduling.{option} is not supported by scheduler {scheduler}"
+            )
+    return Gang(
+        scheduler=scheduler,
+        group=raw.get("podGroup") or name,
+        timeout_seconds=_opt_int(raw, "timeoutSeconds"),
+        queue=raw.get("queue"),
+        topology_key=raw.get("topologyKey"),
     )

@@ -20,6 +20,7 @@ from . import constants as c
 from . import metrics
 
 CONFLICT = 409
+Manifest = Mapping[str, Any]
 NOT_FOUND = 404
 
 
@@ -44,6 +45,10 @@ def _call_raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     response = fn(*args, _preload_content=False, **kwargs)
     response.read()
     response.release_conn()
+
+
+class NotServed(Exception):
+    """The API server does not serve the resource (an API group or CRD that is not installed)."""
 
 
 class Kube:
@@ -90,21 +95,52 @@ class Kube:
         verb = "create_pod_dry_run" if dry_run else "create_pod"
         return await self._create(verb, self.core.create_namespaced_pod, manifest, **extra)
 
-    async def read_metadata(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The metadata of a Service or Pod as a dict; None if there is none of that name."""
-        fn = {
-            "Service": self.core.read_namespaced_service,
-            "Pod": self.core.read_namespaced_pod,
-        }[kind]
+    async def create_object(
+        self, group: str, version: str, plural: str, manifest: Manifest
+    ) -> bool:
+        """Create an object of any API group (a gang's PodGroup); False if one of that name
+        exists already, NotServed if the API server does not serve that resource."""
+
+        def create(namespace: str, body: Manifest, **kwargs: Any) -> Any:
+            return self.custom.create_namespaced_custom_object(
+                group, version, namespace, plural, body, **kwargs
+            )
+
+        try:
+            return await self._create(f"create_{plural}", create, manifest)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND and "namespaces" not in (exc.body or ""):
+                raise NotServed(
+                    f"the API server does not serve {plural}.{group}/{version}"
+                ) from exc
+            raise
+
+    async def read_metadata(
+        self, kind: str, namespace: str, name: str, api: tuple[str, str, str] | None = None
+    ) -> dict[str, Any] | None:
+        """The metadata of a Service or Pod (or of any object: ``api`` is its group, version and
+        plural) as a dict; None if there is none of that name."""
+        if api is not None:
+            fn: Callable[..., Any] = functools.partial(
+                self.custom.get_namespaced_custom_object, api[0], api[1], namespace, api[2], name
+            )
+        else:
+            read = {
+                "Service": self.core.read_namespaced_service,
+                "Pod": self.core.read_namespaced_pod,
+            }
+            fn = functools.partial(read[kind], name, namespace)
         loop = asyncio.get_running_loop()
         try:
-            obj = await loop.run_in_executor(self._pool, functools.partial(fn, name, namespace))
+            obj = await loop.run_in_executor(self._pool, fn)
         except ApiException as exc:
             metrics.api_call(f"read_{kind.lower()}", exc.status, expected=(NOT_FOUND,))
             if exc.status == NOT_FOUND:
                 return None
             raise
         metrics.api_call(f"read_{kind.lower()}", 200)
+        if api is not None:
+            return dict(obj.get("metadata") or {})
         return self.core.api_client.sanitize_for_serialization(obj.metadata)
 
     async def delete_pod(

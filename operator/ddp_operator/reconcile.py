@@ -225,7 +225,7 @@ def plan(
         conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
 
     # 7. What keeps workers from starting, in the scheduler's and the kubelet's own words.
-    startup.report(conds, live, job.nodes)
+    startup.report(conds, live, job.nodes, job.gang)
 
     # 8. Running once every worker has started (finished workers count as started).
     started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)

@@ -19,10 +19,17 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import builders, metrics, obstacles, reconcile
-from .failures import Failure, NameConflict, StepFailed, api_message, classify
+from . import builders, gang, metrics, obstacles, reconcile
+from .failures import (
+    Failure,
+    GangUnavailable,
+    NameConflict,
+    StepFailed,
+    api_message,
+    classify,
+)
 from .jobspec import JobSpec, SpecError, resolve
-from .kube import JobGone, Kube
+from .kube import JobGone, Kube, NotServed
 from .memory import Memory
 from .workers import WorkerPod, controller
 
@@ -188,6 +195,7 @@ class JobRunner:
                 f"checking pod {pods[0]['metadata']['name']} (dry run)",
                 self.kube.create_pod(pods[0], dry_run=True),
             )
+        await self.create_gang(job, pods[0])
         service = builders.build_service(job)
         if not await _step("creating the Service", self.kube.create_service(service)):
             await self.check_owner(job, "Service", job.name)
@@ -199,10 +207,30 @@ class JobRunner:
             if not ok:  # a pod of that name exists: ours (the watch lags) or someone else's
                 await self.check_owner(job, "Pod", pod["metadata"]["name"])
 
-    async def check_owner(self, job: JobSpec, kind: str, name: str) -> None:
+    async def create_gang(self, job: JobSpec, pod: Mapping[str, Any]) -> None:
+        """Create (or find, the job's) the gang's group objects, before any pod of the group:
+        GangUnavailable if the cluster does not serve their API."""
+        for obj in gang.group_objects(job, pod):
+            api = (obj.group, obj.version, obj.plural)
+            try:
+                created = await self.kube.create_object(*api, obj.manifest)
+            except NotServed as exc:
+                assert job.gang is not None
+                raise GangUnavailable(
+                    f"creating {obj.describe()}: {exc}; gang scheduling with scheduler "
+                    f"{job.gang.scheduler} needs {gang.needs(job.gang.scheduler)}"
+                ) from exc
+            except Exception as exc:
+                raise StepFailed(f"creating {obj.describe()}", exc) from exc
+            if not created:
+                await self.check_owner(job, obj.kind, obj.name, api)
+
+    async def check_owner(
+        self, job: JobSpec, kind: str, name: str, api: tuple[str, str, str] | None = None
+    ) -> None:
         """Raise NameConflict unless the job is the controller of the existing object."""
         meta = await _step(
-            f"reading {kind} {name}", self.kube.read_metadata(kind, job.namespace, name)
+            f"reading {kind} {name}", self.kube.read_metadata(kind, job.namespace, name, api)
         )
         if meta is None:
             self.wake.set()  # gone meanwhile: the next pass creates it
@@ -244,59 +272,3 @@ async def _all(steps: Iterable[tuple[str, Awaitable[T]]]) -> list[T]:
         if isinstance(result, BaseException):
             raise result
     return results  # type: ignore[return-value]
-
-
-class Runners:
-    """The registry of JobRunners, keyed by (namespace, name)."""
-
-    def __init__(self) -> None:
-        self.kube: Kube | None = None
-        self.index: Mapping[Key, Iterable[WorkerPod]] = {}
-        self._runners: dict[Key, JobRunner] = {}
-
-    def pods(self, key: Key) -> list[WorkerPod]:
-        """The job's pods as last observed."""
-        return list(self.index.get(key, ()))
-
-    def phases(self) -> list[str]:
-        """The status phase of every tracked job (for the jobs-by-phase gauge)."""
-        return [r.status.get("phase") or "Pending" for r in self._runners.values()]
-
-    def observe(self, key: Key, body: Mapping[str, Any]) -> None:
-        """Start the job's loop, or hand it the newest body; a new UID replaces the loop."""
-        assert self.kube is not None, "Runners.kube is set at operator start-up"
-        runner = self._runners.get(key)
-        if runner is not None and runner.body["metadata"].get("uid") == body["metadata"].get("uid"):
-            runner.update(body)
-            return
-        if runner is not None:
-            runner.task.cancel()
-        runner = self._runners[key] = JobRunner(key, body, self.kube, self.pods)
-        runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
-
-    def _drop(self, key: Key, runner: JobRunner) -> None:
-        """A loop ended by itself (its job is gone): forget it, unless replaced already."""
-        if self._runners.get(key) is runner:
-            del self._runners[key]
-
-    def gone(self, key: Key, pod: WorkerPod) -> None:
-        """A pod of the job was deleted."""
-        runner = self._runners.get(key)
-        if runner is not None:
-            runner.gone(pod)
-
-    def poke(self, key: Key) -> None:
-        """A pod of the job changed."""
-        runner = self._runners.get(key)
-        if runner is not None:
-            runner.poke()
-
-    async def forget(self, key: Key) -> None:
-        """The job is gone: stop its loop."""
-        runner = self._runners.pop(key, None)
-        if runner is not None:
-            await runner.stop()
-
-    async def close(self) -> None:
-        for key in list(self._runners):
-            await self.forget(key)

@@ -1,6 +1,7 @@
 """What keeps a job's workers from starting, in the words of whoever knows: the scheduler's
-(``Unschedulable``) and the kubelet's (``ContainersNotStarting``: a mistyped image, a missing
-ConfigMap...). Pure: the job's live pods of the current attempt in, conditions set.
+(``Unschedulable``; ``GangScheduled`` while a gang waits to be placed whole) and the kubelet's
+(``ContainersNotStarting``: a mistyped image, a missing ConfigMap...). Pure: the job's live pods
+of the current attempt in, conditions set.
 
 Neither restarts nor fails the job: the scheduler and the kubelet keep retrying, and the job goes
 on once the user has fixed the cause.
@@ -11,17 +12,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import constants as c
-from .conditions import WARNING, Conditions, condition
+from .conditions import NORMAL, WARNING, Conditions, condition
+from .jobspec import Gang
 from .workers import WorkerPod
 
 # A kubelet's retry cycle alternates these reasons for one cause; a turn is no news (no Event).
 SAME_CAUSE = {"ImagePullBackOff": "ErrImagePull"}
 
 
-def report(conds: Conditions, live: Sequence[WorkerPod], nodes: int) -> None:
-    """Set or clear both conditions from the live pods of the current attempt."""
+def report(
+    conds: Conditions, live: Sequence[WorkerPod], nodes: int, gang: Gang | None = None
+) -> None:
+    """Set or clear the conditions from the live pods of the current attempt."""
     unschedulable(conds, live, nodes)
+    if gang is not None:
+        placement(conds, live, nodes, gang)
     not_starting(conds, live)
+
+
+def placement(conds: Conditions, live: Sequence[WorkerPod], nodes: int, gang: Gang) -> None:
+    """``GangScheduled``: True once every worker of the group is bound to a node, else False
+    (``WaitingForGang``) saying how many are, with the scheduler's word if it gave one."""
+    placed = sum(1 for p in live if p.node)
+    group = f"{gang.scheduler} group {gang.group}"
+    if len(live) == nodes and placed == nodes:
+        message = f"all {nodes} workers were placed together ({group})"
+        conds.set(c.COND_GANG, True, "GangScheduled", message, NORMAL)
+        return
+    message = (
+        f"{placed} of {nodes} workers placed; the scheduler places all {nodes} at once or none "
+        f"({group})"
+    )
+    said = next((p for p in sorted(live, key=lambda p: p.index) if p.unschedulable), None)
+    if said is not None:
+        message += f"; {said.name}: {said.unschedulable}"
+    old = condition(conds.items, c.COND_GANG) or {}
+    conds.set(c.COND_GANG, False, "WaitingForGang", message, NORMAL if not old else None)
 
 
 def unschedulable(conds: Conditions, live: Sequence[WorkerPod], nodes: int) -> None:

@@ -1,0 +1,110 @@
+"""What gang scheduling costs: one DDPJob of N workers (default 64), apply -> every pod Running,
+with each gang mode the cluster can run against no gang, all in one run on the same cluster;
+median of 3 each. The result is the ratio gang/none per mode.
+
+    python bench/gang.py [--nodes N]      (make bench-gang, with the cluster up)
+
+Modes: none, and Kubernetes (the in-tree scheduler's Workload and PodGroup: the local cluster
+serves them). A mode whose API the cluster does not serve (Coscheduling, Volcano: not built here
+yet) is listed as not run, with the reason; it is never counted as a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from run import (
+    CONCURRENCY,
+    OURS_PREFIX,
+    RESULTS,
+    ROOT,
+    Cluster,
+    PodWatch,
+    create_jobs,
+    ddpjob,
+    log,
+    our_operator,
+)
+
+from ddp_operator import constants as c
+from ddp_operator import gang
+
+MODES = ("none", c.GANG_KUBERNETES, c.GANG_COSCHEDULING, c.GANG_VOLCANO)
+
+
+def served(cluster: Cluster, mode: str) -> bool:
+    """Whether the cluster serves the API group and version of the mode's group objects."""
+    if mode == "none":
+        return True
+    group, version, _ = gang.APIS[mode]
+    groups = client.ApisApi(cluster.api).get_api_versions().groups
+    return any(v.group_version == f"{group}/{version}" for g in groups for v in g.versions)
+
+
+def job(name: str, ns: str, nodes: int, mode: str) -> dict[str, Any]:
+    manifest = ddpjob(name, ns, nodes)
+    if mode != "none":
+        manifest["spec"]["gangScheduling"] = {"scheduler": mode}
+    return manifest
+
+
+def startup(cluster: Cluster, pool: ThreadPoolExecutor, ns: str, nodes: int, mode: str) -> float:
+    """Seconds from the create call to every pod Running."""
+    pods = PodWatch(cluster, ns)
+    try:
+        t0 = time.monotonic()
+        create_jobs(cluster, pool, [job(f"g-{uuid.uuid4().hex[:4]}", ns, nodes, mode)])
+        return pods.wait_running(nodes) - t0
+    finally:
+        pods.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=64)
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster()
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/ddpjobs.ddp-operator.io")
+    pool = ThreadPoolExecutor(CONCURRENCY)
+    res: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    res["nodes"] = args.nodes
+    with our_operator(cluster, f"{OURS_PREFIX}*"):
+        for mode in MODES:
+            if not served(cluster, mode):
+                res[mode] = f"not run: {gang.APIS[mode][2]} is not installed"
+                log(f"{mode}: {res[mode]}")
+                continue
+            times = []
+            for r in range(3):
+                ns = cluster.namespace(f"{OURS_PREFIX}gang-{uuid.uuid4().hex[:5]}")
+                times.append(startup(cluster, pool, ns, args.nodes, mode))
+                log(f"{mode} run {r + 1}: {times[-1]:.2f}s")
+                cluster.drop(ns)
+            res[mode] = times
+    base = statistics.median(res["none"])
+    ratios = {
+        m: statistics.median(t) / base for m, t in res.items() if m in MODES and isinstance(t, list)
+    }
+    res["ratios"] = ratios
+    (RESULTS / "gang.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(
+        "RESULT "
+        + " ".join(f"{m.lower()}_ratio={r:.2f}" for m, r in ratios.items() if m != "none")
+        + f" none_s={base:.2f}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

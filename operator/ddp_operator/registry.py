@@ -1,0 +1,67 @@
+"""The registry of the job loops (``runner.JobRunner``), one per DDPJob, that kopf's handlers
+feed: it starts, wakes and stops them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .kube import Kube
+from .runner import JobRunner, Key
+from .workers import WorkerPod
+
+
+class Runners:
+    """The registry of JobRunners, keyed by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self.kube: Kube | None = None
+        self.index: Mapping[Key, Iterable[WorkerPod]] = {}
+        self._runners: dict[Key, JobRunner] = {}
+
+    def pods(self, key: Key) -> list[WorkerPod]:
+        """The job's pods as last observed."""
+        return list(self.index.get(key, ()))
+
+    def phases(self) -> list[str]:
+        """The status phase of every tracked job (for the jobs-by-phase gauge)."""
+        return [r.status.get("phase") or "Pending" for r in self._runners.values()]
+
+    def observe(self, key: Key, body: Mapping[str, Any]) -> None:
+        """Start the job's loop, or hand it the newest body; a new UID replaces the loop."""
+        assert self.kube is not None, "Runners.kube is set at operator start-up"
+        runner = self._runners.get(key)
+        if runner is not None and runner.body["metadata"].get("uid") == body["metadata"].get("uid"):
+            runner.update(body)
+            return
+        if runner is not None:
+            runner.task.cancel()
+        runner = self._runners[key] = JobRunner(key, body, self.kube, self.pods)
+        runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
+
+    def _drop(self, key: Key, runner: JobRunner) -> None:
+        """A loop ended by itself (its job is gone): forget it, unless replaced already."""
+        if self._runners.get(key) is runner:
+            del self._runners[key]
+
+    def gone(self, key: Key, pod: WorkerPod) -> None:
+        """A pod of the job was deleted."""
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner.gone(pod)
+
+    def poke(self, key: Key) -> None:
+        """A pod of the job changed."""
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner.poke()
+
+    async def forget(self, key: Key) -> None:
+        """The job is gone: stop its loop."""
+        runner = self._runners.pop(key, None)
+        if runner is not None:
+            await runner.stop()
+
+    async def close(self) -> None:
+        for key in list(self._runners):
+            await self.forget(key)

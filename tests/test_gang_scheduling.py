@@ -1,0 +1,239 @@
+"""Gang scheduling with the real schedulers of the local cluster: two DDPJobs of 3 nodes x 8 GPUs
+on 4 nodes of 8 GPUs. Without a gang both hold GPUs and neither runs; with Kubernetes' own gang
+(scheduling.k8s.io/v1alpha2 Workload and PodGroup, kube-scheduler's GangScheduling plugin) one
+runs whole and the other waits with none placed, then runs.
+
+The nodes are this test's own fake nodes (kwok), tainted for its jobs only. The order the
+scheduler sees the pods in is made the same every run: each worker carries a scheduling gate that
+the test lifts one pod at a time, interleaving the two jobs (a0, b0, a1, b1, a2, b2), the order
+that deadlocks a busy cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from harness import jobs, pods
+from harness.cluster import ROOT, Cluster, wait_for
+from jobs import ddpjob
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+
+GPUS = {"resource": "nvidia.com/gpu", "perNode": 8}
+HOLD = "ddp-operator.io/test-hold"
+POOL_LABEL = "ddp-operator.io/test-pool"
+EXAMPLE = ROOT / "examples" / "gang-job.yaml"
+
+
+@pytest.fixture
+def pool(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """4 fake nodes of 8 GPUs that only this test's pods tolerate; deleted after it."""
+    if not cluster.local:
+        pytest.skip("adds fake nodes to the local kwok cluster (hack/cluster/cluster.sh)")
+    template = next(
+        n
+        for n in yaml.safe_load_all(pods.NODES_FILE.read_text())
+        if n and "gpu" in n["metadata"]["name"]
+    )
+    names = [f"{namespace}-gpu-{i}" for i in range(4)]
+    nodes = []
+    for name in names:
+        node = copy.deepcopy(template)
+        node["metadata"]["name"] = name
+        node["metadata"]["labels"] |= {"kubernetes.io/hostname": name, POOL_LABEL: namespace}
+        node["spec"] = {"taints": [{"key": POOL_LABEL, "value": namespace, "effect": "NoSchedule"}]}
+        nodes.append(node)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(nodes))
+    try:
+        for name in names:
+            cluster.kubectl("wait", "--for=condition=Ready", f"node/{name}", "--timeout=60s")
+        yield namespace
+    finally:
+        for name in names:
+            cluster.core.delete_node(name)
+
+
+def gated_job(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A job of 3 nodes x 8 GPUs on the pool, each worker held by a scheduling gate."""
+    template = {
+        "spec": {
+            "schedulingGates": [{"name": HOLD}],
+            "nodeSelector": {POOL_LABEL: namespace},
+            "tolerations": [{"key": POOL_LABEL, "operator": "Equal", "value": namespace}],
+            "containers": [{"name": "trainer", "image": "python:3.11-slim"}],
+        }
+    }
+    return ddpjob(name, namespace, nodes=3, accelerator=GPUS, template=template, **spec)
+
+
+def lift(cluster: Cluster, ns: str, pod: str) -> None:
+    """Let the scheduler see the pod: remove its scheduling gate."""
+    cluster.core.patch_namespaced_pod(pod, ns, [{"op": "remove", "path": "/spec/schedulingGates"}])
+
+
+def placed(cluster: Cluster, ns: str, job: str) -> list[str]:
+    """The job's workers bound to a node."""
+    return sorted(
+        p["metadata"]["name"] for p in jobs.workers(cluster, ns, job) if p["spec"].get("nodeName")
+    )
+
+
+def apply_both(cluster: Cluster, ns: str, **spec: Any) -> None:
+    for name in ("a", "b"):
+        jobs.apply(cluster, gated_job(name, ns, **spec))
+    for name in ("a", "b"):
+        wait_for(lambda name=name: len(jobs.workers(cluster, ns, name)) == 3, what=f"{name}'s pods")
+
+
+def test_without_a_gang_two_jobs_each_hold_gpus_and_neither_runs(
+    cluster: Cluster, pool: str
+) -> None:
+    ns = pool
+    apply_both(cluster, ns)
+    for i in range(2):
+        for name in ("a", "b"):
+            lift(cluster, ns, f"{name}-worker-{i}")
+            wait_for(lambda name=name, i=i: len(placed(cluster, ns, name)) == i + 1)
+    for name in ("a", "b"):
+        lift(cluster, ns, f"{name}-worker-2")
+    for name in ("a", "b"):
+        job = jobs.wait_condition(cluster, ns, name, "Unschedulable")
+        assert "Insufficient nvidia.com/gpu" in jobs.condition(job, "Unschedulable")["message"]
+    # The deadlock: 16 GPUs held by each job, idle, and neither can ever start.
+    for name in ("a", "b"):
+        assert placed(cluster, ns, name) == [f"{name}-worker-0", f"{name}-worker-1"]
+        job = jobs.get(cluster, ns, name)
+        assert jobs.condition(job, "Running")["status"] == "False"
+        assert jobs.condition(job, "GangScheduled") is None
+
+
+def test_kubernetes_gang_runs_one_job_whole_and_the_other_waits_with_none_placed(
+    cluster: Cluster, pool: str
+) -> None:
+    ns = pool
+    apply_both(cluster, ns, gangScheduling={"scheduler": "Kubernetes"})
+    for name in ("a", "b"):
+        group = cluster.custom.get_namespaced_custom_object(
+            "scheduling.k8s.io", "v1alpha2", ns, "podgroups", name
+        )
+        assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+    for i in range(2):
+        for name in ("a", "b"):
+            lift(cluster, ns, f"{name}-worker-{i}")
+    time.sleep(2)  # what a scheduler without the gang would have used to bind them
+    assert placed(cluster, ns, "a") == placed(cluster, ns, "b") == []
+    lift(cluster, ns, "a-worker-2")
+    wait_for(lambda: len(placed(cluster, ns, "a")) == 3, what="job a's gang to be bound")
+    lift(cluster, ns, "b-worker-2")
+    job_b = jobs.wait_condition(cluster, ns, "b", "Unschedulable")
+    waiting = jobs.condition(job_b, "GangScheduled")
+    assert waiting["status"] == "False" and waiting["reason"] == "WaitingForGang"
+    assert waiting["message"].startswith("0 of 3 workers placed"), waiting
+    assert placed(cluster, ns, "b") == []
+    job_a = jobs.wait_condition(cluster, ns, "a", "GangScheduled")
+    assert jobs.condition(job_a, "GangScheduled")["reason"] == "GangScheduled"
+    assert any(e["reason"] == "WaitingForGang" for e in jobs.events(cluster, ns, "b"))
+
+    # The first job ends: the second is placed whole and runs.
+    jobs.wait_phase(cluster, ns, "a", "Running")
+    for i in range(3):
+        pods.finish(cluster, ns, f"a-worker-{i}", 0)
+    jobs.wait_phase(cluster, ns, "a", "Succeeded")
+    wait_for(lambda: len(placed(cluster, ns, "b")) == 3, what="job b's gang to be bound")
+    jobs.wait_condition(cluster, ns, "b", "GangScheduled")
+    jobs.wait_phase(cluster, ns, "b", "Running")
+
+
+def test_the_gang_is_kept_across_a_group_restart(cluster: Cluster, namespace: str) -> None:
+    ns = namespace
+    jobs.apply(cluster, ddpjob("r", ns, nodes=2, backoffLimit=2, gangScheduling={}))
+    jobs.wait_phase(cluster, ns, "r", "Running")
+    group = cluster.custom.get_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", ns, "podgroups", "r"
+    )
+    pods.finish(cluster, ns, "r-worker-1", 3)
+    jobs.wait_running(cluster, ns, "r", 2, attempt=1)
+    job = jobs.wait_condition(cluster, ns, "r", "GangScheduled")
+    assert job["status"]["restarts"] == 1
+    again = cluster.custom.get_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", ns, "podgroups", "r"
+    )
+    assert again["metadata"]["uid"] == group["metadata"]["uid"]
+    for pod in jobs.workers(cluster, ns, "r"):
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "r"}
+
+    # Deleting the job takes its Workload and PodGroup with it (garbage collection).
+    cluster.custom.delete_namespaced_custom_object(jobs.GROUP, jobs.VERSION, ns, jobs.PLURAL, "r")
+    for plural in ("podgroups", "workloads"):
+        wait_for(
+            lambda plural=plural: (
+                not cluster.custom.list_namespaced_custom_object(
+                    "scheduling.k8s.io", "v1alpha2", ns, plural
+                )["items"]
+            ),
+            what=f"the job's {plural} to go",
+        )
+
+
+def test_a_podgroup_of_the_same_name_that_is_not_the_jobs_blocks_it(
+    cluster: Cluster, namespace: str
+) -> None:
+    ns = namespace
+    foreign = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "shared"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}},
+    }
+    cluster.custom.create_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", ns, "podgroups", foreign
+    )
+    jobs.apply(cluster, ddpjob("mine", ns, nodes=2, gangScheduling={"podGroup": "shared"}))
+    job = jobs.wait_condition(cluster, ns, "mine", "Blocked")
+    cond = jobs.condition(job, "Blocked")
+    assert cond["reason"] == "NameConflict" and "PodGroup shared" in cond["message"], cond
+    assert jobs.workers(cluster, ns, "mine") == []
+    group = cluster.custom.get_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", ns, "podgroups", "shared"
+    )
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 5  # untouched
+
+    cluster.custom.delete_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", ns, "podgroups", "shared"
+    )
+    jobs.wait_phase(cluster, ns, "mine", "Running", timeout=120)
+    jobs.wait_condition(cluster, ns, "mine", "Blocked", status="False")
+
+
+def test_the_example_runs_gang_scheduled(cluster: Cluster, namespace: str) -> None:
+    """examples/gang-job.yaml as a user applies it: placed whole on the fake GPU nodes."""
+    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+    job = jobs.wait_condition(cluster, namespace, "gang-ddp", "GangScheduled", timeout=120)
+    assert jobs.condition(job, "GangScheduled")["reason"] == "GangScheduled"
+    assert len(placed(cluster, namespace, "gang-ddp")) == 3
+
+
+def test_a_gang_scheduler_the_cluster_does_not_serve_blocks_the_job_with_no_pods(
+    cluster: Cluster, namespace: str
+) -> None:
+    ns = namespace
+    # No Volcano in this cluster: its PodGroup API is not served.
+    name = f"v{uuid.uuid4().hex[:4]}"
+    jobs.apply(cluster, ddpjob(name, ns, nodes=2, gangScheduling={"scheduler": "Volcano"}))
+    job = jobs.wait_condition(cluster, ns, name, "Blocked")
+    cond = jobs.condition(job, "Blocked")
+    assert cond["reason"] == "GangSchedulingUnavailable", cond
+    assert "podgroups.scheduling.volcano.sh/v1beta1" in cond["message"]
+    assert "Volcano" in cond["message"]
+    assert any(e["reason"] == "GangSchedulingUnavailable" for e in jobs.events(cluster, ns, name))
+    time.sleep(1)  # a pass that would create pods has had time to
+    assert jobs.workers(cluster, ns, name) == []
+    assert cluster.core.list_namespaced_service(ns).items == []
