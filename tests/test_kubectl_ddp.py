@@ -37,7 +37,9 @@ def test_render_status_without_a_cluster() -> None:
         "phase": "Pending",
         "restarts": 1,
         "conditions": [
-            {"type": "Unschedulable", "status": "True", "message": "1 of 3 workers cannot..."}
+            {"type": "Unschedulable", "status": "True", "message": "1 of 3 workers cannot..."},
+            {"type": "GangScheduled", "status": "False", "message": "0 of 3 workers placed"},
+            {"type": "Blocked", "status": "False", "message": "nothing blocks the job"},
         ],
     }
     job = resolve(body)
@@ -60,11 +62,12 @@ def test_render_status_without_a_cluster() -> None:
     lines = text.splitlines()
     assert lines[0] == "ddpjob/v  phase=Pending  nodes=3  restarts=1  age=5m"
     assert "Unschedulable: 1 of 3 workers cannot..." in lines[1]
-    assert lines[2].split() == ["WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON"]
-    assert lines[3].split() == ["0", "v-worker-0", "Running", "gpu-node-1", "1", "-", "-"]
-    assert lines[4].split()[:5] == ["1", "v-worker-1", "Pending", "-", "1"]
-    assert lines[4].endswith("0/8 nodes are available")
-    assert lines[5].split() == ["2", "-", "NotCreated", "-", "-", "-", "-"]
+    assert lines[2] == "  GangScheduled: 0 of 3 workers placed"  # Blocked False: not shown
+    assert lines[3].split() == ["WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON"]
+    assert lines[4].split() == ["0", "v-worker-0", "Running", "gpu-node-1", "1", "-", "-"]
+    assert lines[5].split()[:5] == ["1", "v-worker-1", "Pending", "-", "1"]
+    assert lines[5].endswith("0/8 nodes are available")
+    assert lines[6].split() == ["2", "-", "NotCreated", "-", "-", "-", "-"]
 
 
 @pytest.mark.cluster

@@ -31,6 +31,17 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+# The conditions `kubectl ddp status` shows, in the status that needs the user's attention.
+NOTABLE = {
+    c.COND_UNSCHEDULABLE: "True",
+    c.COND_NOT_STARTING: "True",
+    c.COND_BLOCKED: "True",
+    c.COND_FAILED: "True",
+    c.COND_RESTARTING: "True",
+    c.COND_GANG: "False",
+}
+
+
 def render_status(
     job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime | None = None
 ) -> str:
@@ -42,13 +53,7 @@ def render_status(
         f"restarts={status.get('restarts', 0)}  age={age(meta.get('creationTimestamp'), now)}"
     ]
     for cond in status.get("conditions") or []:
-        notable = cond["type"] in (
-            c.COND_UNSCHEDULABLE,
-            c.COND_NOT_STARTING,
-            c.COND_FAILED,
-            c.COND_RESTARTING,
-        )
-        if cond.get("status") == "True" and notable:
+        if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")
     rows = [("WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON")]
     by_index = {}
