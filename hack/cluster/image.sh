@@ -23,8 +23,8 @@
 # /etc/ssl/certs/ca-certificates.crt, which Debian's pip reads.
 # buildah 1.28 leaves a mount point it made as an empty file (/etc/pip.conf, as it does
 # /etc/hosts) in the last layer. The archive is cached under a key of the Dockerfile, the files
-# its COPY lines name, the build arguments, the base, the wheelhouse, this script and buildah's
-# version.
+# its COPY lines name, the build arguments, the base, the wheelhouse's wheels (names and sizes),
+# this script and buildah's version.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -154,7 +154,9 @@ build() {
     (cd "$root" && sha256sum "${files[@]}")
     printf '%s\n' "${args[@]}" "$base_ref" "$(buildah --version)" "${DDP_PIP_INDEX:-0}"
     cat "${BASH_SOURCE[0]}"
-    ls -l "$wheels"
+    # The wheels by name and size: `ls -l` also counted allocated blocks, which change when the
+    # file system flushes a fresh wheelhouse, and a cold run built the trainer twice.
+    find "$wheels" -maxdepth 1 -type f -printf '%f %s\n' | sort
   } | sha256sum | cut -c1-12)"
   tag="$key"
   if [[ "$image" == trainer ]]; then
