@@ -81,7 +81,7 @@ def main() -> int:
     with our_operator(cluster, f"{OURS_PREFIX}*"):
         for mode in MODES:
             if not served(cluster, mode):
-                res[mode] = f"not run: {gang.APIS[mode][2]} is not installed"
+                res[mode] = f"not run: {gang.needs(mode)} is not installed"
                 log(f"{mode}: {res[mode]}")
                 continue
             times = []

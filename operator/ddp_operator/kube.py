@@ -20,8 +20,8 @@ from . import constants as c
 from . import metrics
 
 CONFLICT = 409
-Manifest = Mapping[str, Any]
 NOT_FOUND = 404
+Manifest = Mapping[str, Any]
 
 
 class JobGone(Exception):
