@@ -38,6 +38,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed cluster test's report carries what its namespace holds and the operator's log
+    tail, so that a failure seen once (in CI) can be explained without running it again."""
+    report = yield
+    funcargs = getattr(item, "funcargs", {})
+    if report.failed and call.when == "call" and "cluster" in funcargs:
+        cluster, ns = funcargs["cluster"], funcargs.get("namespace")
+        if ns:
+            got = cluster.kubectl(
+                "get",
+                "ddpj,pods,events",
+                "-n",
+                ns,
+                "-o",
+                "wide",
+                "--request-timeout=20s",
+                check=False,
+            )
+            report.sections.append((f"namespace {ns}", got.stdout + got.stderr))
+        op = funcargs.get("operator")
+        if isinstance(op, OperatorProcess):
+            tail = "\n".join(op.output().splitlines()[-150:])
+            report.sections.append(("operator log (last 150 lines)", tail))
+    return report
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The cluster of this test session."""
