@@ -59,7 +59,7 @@ class Cluster:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
-    def kubectl(self, *args: str) -> None:
+    def kubectl(self, *args: str, input: str | None = None) -> None:
         """Run the local cluster's kubectl (kubectl from PATH for another cluster)."""
         local = ROOT / ".cluster" / "bin" / "kubectl"
         binary = str(local) if local.exists() else "kubectl"
@@ -68,6 +68,7 @@ class Cluster:
             check=True,
             capture_output=True,
             timeout=120,
+            input=input.encode() if input is not None else None,
         )
 
     def namespace(self, name: str) -> str:
@@ -113,6 +114,7 @@ class PodWatch:
         self.running: dict[str, float] = {}
         self.succeeded: dict[str, float] = {}
         self.labels: dict[str, dict[str, str]] = {}
+        self.error: Exception | None = None
         self._stop = threading.Event()
         self._w = watch.Watch()
         self._cond = threading.Condition()
@@ -121,8 +123,13 @@ class PodWatch:
         time.sleep(0.3)  # the watch is open before the measured action starts
 
     def _run(self, cluster: Cluster, ns: str, selector: str) -> None:
-        with contextlib.suppress(Exception):  # the stream breaks when close() stops it
+        try:
             self._stream(cluster, ns, selector)
+        except Exception as exc:  # the stream also breaks when close() stops it: no error then
+            if not self._stop.is_set():
+                with self._cond:
+                    self.error = exc
+                    self._cond.notify_all()
 
     def _stream(self, cluster: Cluster, ns: str, selector: str) -> None:
         for ev in self._w.stream(
@@ -147,8 +154,10 @@ class PodWatch:
 
     def wait(self, what: Callable[[], bool], timeout: float = 600) -> None:
         with self._cond:
-            if not self._cond.wait_for(what, timeout=timeout):
+            if not self._cond.wait_for(lambda: self.error is not None or what(), timeout=timeout):
                 raise TimeoutError("pods did not get there in time")
+            if self.error is not None:
+                raise RuntimeError(f"the pod watch broke: {self.error!r}") from self.error
 
     def wait_running(self, n: int, timeout: float = 600) -> float:
         """Time (monotonic) when n pods had been seen Running."""

@@ -8,6 +8,7 @@ it takes the real node down).
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -15,10 +16,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
-from harness import realnode
-from harness.cluster import CRD_FILE, Cluster, connect, disconnect, wait_for
+from harness import pods, realnode
+from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, wait_for
 from harness.operator import OperatorProcess
+
+KUEUE_SH = ROOT / "hack" / "cluster" / "kueue.sh"
 
 # Per test session, so that sessions sharing one cluster (and their operators) never meet.
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
@@ -35,7 +39,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a running Docker engine (kind)"))
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi)"))
-    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+    # Kueue's tests just before the last ones: on a cold machine Kueue builds meanwhile (make test).
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("last") is not None,
+            "kueue" in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -106,6 +116,47 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     )
     yield name
     cluster.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def pool(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """4 fake nodes of 8 GPUs that only this test's pods tolerate; deleted after it."""
+    if not cluster.local:
+        pytest.skip("adds fake nodes to the local kwok cluster (hack/cluster/cluster.sh)")
+    template = next(
+        n
+        for n in yaml.safe_load_all(pods.NODES_FILE.read_text())
+        if n and "gpu" in n["metadata"]["name"]
+    )
+    names = [f"{namespace}-gpu-{i}" for i in range(4)]
+    nodes = []
+    for name in names:
+        node = copy.deepcopy(template)
+        node["metadata"]["name"] = name
+        node["metadata"]["labels"] |= {"kubernetes.io/hostname": name, pods.POOL_LABEL: namespace}
+        taint = {"key": pods.POOL_LABEL, "value": namespace, "effect": "NoSchedule"}
+        node["spec"] = {"taints": [taint]}
+        nodes.append(node)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(nodes))
+    try:
+        for name in names:
+            cluster.kubectl("wait", "--for=condition=Ready", f"node/{name}", "--timeout=60s")
+        yield namespace
+    finally:
+        for name in names:
+            cluster.core.delete_node(name)
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster: Cluster) -> None:
+    """Kueue running: on the local cluster started by hack/cluster/kueue.sh (and stopped with the
+    cluster); on another, it must be installed with its pod integration."""
+    if cluster.local:
+        subprocess.run([str(KUEUE_SH), "up"], check=True)
+        return
+    groups = cluster.kubectl("api-versions").stdout.split()
+    if "kueue.x-k8s.io/v1beta2" not in groups:
+        pytest.skip("Kueue (kueue.x-k8s.io/v1beta2) is not installed on this cluster")
 
 
 @pytest.fixture(scope="session")

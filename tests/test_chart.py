@@ -171,6 +171,7 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
         return r.stdout.strip() == "yes"
 
     assert can_i("create", "pods", "-n", namespace)
+    assert can_i("patch", "pods", "-n", namespace)  # the mark Kueue ends a group by
     assert can_i("patch", "ddpjobs.ddp-operator.io", "--subresource=status", "-n", namespace)
     assert can_i("create", "podgroups.scheduling.k8s.io", "-n", namespace)  # gang scheduling
     assert can_i("create", "workloads.scheduling.k8s.io", "-n", namespace)

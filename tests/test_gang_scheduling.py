@@ -11,14 +11,11 @@ that deadlocks a busy cluster.
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from harness import jobs, pods
 from harness.cluster import ROOT, Cluster, wait_for
@@ -26,51 +23,15 @@ from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
-GPUS = {"resource": "nvidia.com/gpu", "perNode": 8}
 HOLD = "ddp-operator.io/test-hold"
-POOL_LABEL = "ddp-operator.io/test-pool"
 EXAMPLE = ROOT / "examples" / "gang-job.yaml"
-
-
-@pytest.fixture
-def pool(cluster: Cluster, namespace: str) -> Iterator[str]:
-    """4 fake nodes of 8 GPUs that only this test's pods tolerate; deleted after it."""
-    if not cluster.local:
-        pytest.skip("adds fake nodes to the local kwok cluster (hack/cluster/cluster.sh)")
-    template = next(
-        n
-        for n in yaml.safe_load_all(pods.NODES_FILE.read_text())
-        if n and "gpu" in n["metadata"]["name"]
-    )
-    names = [f"{namespace}-gpu-{i}" for i in range(4)]
-    nodes = []
-    for name in names:
-        node = copy.deepcopy(template)
-        node["metadata"]["name"] = name
-        node["metadata"]["labels"] |= {"kubernetes.io/hostname": name, POOL_LABEL: namespace}
-        node["spec"] = {"taints": [{"key": POOL_LABEL, "value": namespace, "effect": "NoSchedule"}]}
-        nodes.append(node)
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(nodes))
-    try:
-        for name in names:
-            cluster.kubectl("wait", "--for=condition=Ready", f"node/{name}", "--timeout=60s")
-        yield namespace
-    finally:
-        for name in names:
-            cluster.core.delete_node(name)
 
 
 def gated_job(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     """A job of 3 nodes x 8 GPUs on the pool, each worker held by a scheduling gate."""
-    template = {
-        "spec": {
-            "schedulingGates": [{"name": HOLD}],
-            "nodeSelector": {POOL_LABEL: namespace},
-            "tolerations": [{"key": POOL_LABEL, "operator": "Equal", "value": namespace}],
-            "containers": [{"name": "trainer", "image": "python:3.11-slim"}],
-        }
-    }
-    return ddpjob(name, namespace, nodes=3, accelerator=GPUS, template=template, **spec)
+    template = pods.on_pool(namespace)
+    template["spec"]["schedulingGates"] = [{"name": HOLD}]
+    return ddpjob(name, namespace, nodes=3, accelerator=pods.GPUS, template=template, **spec)
 
 
 def lift(cluster: Cluster, ns: str, pod: str) -> None:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the pinned Go modules beside this script
-# (etcd, kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler, kubectl, kubelet, kwok, kwokctl,
-# helm; with the argument real-node also containerd, ctr, the CNI plugins bridge, host-local and
-# loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors, log and kubernetes)
-# into a cache outside the repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin
-# directory holding all of them. Each tool is cached under a key made of its version, its module
-# files and its build flags, so a clone reuses every build and a change rebuilds only that tool.
+# (etcd, kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler, kubectl, kubelet,
+# kwok, kwokctl, helm; with the argument real-node also containerd, ctr, the CNI plugins bridge,
+# host-local and loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors,
+# log and kubernetes; with the argument kueue also Kueue's manager) into a cache outside the
+# repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin directory holding all
+# of them. Each tool is cached under a key made of its version, its module files and its build
+# flags, so a clone reuses every build and a change rebuilds only that tool.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=hack/cluster/versions.env
@@ -69,7 +70,7 @@ dirs=(
       kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet)"
 )
 # `build.sh real-node` adds the real node's container runtime, CNI plugins and DNS (realnode.sh).
-if [[ "${1:-}" == real-node ]]; then
+if [[ " $* " == *" real-node "* ]]; then
   dirs+=(
     "$(build containerd containerd "$CONTAINERD_VERSION" "$containerd_ld" \
         "urfave_cli_no_docs,no_btrfs,no_devmapper,no_zfs" containerd containerd-shim-runc-v2 ctr)"
@@ -77,6 +78,21 @@ if [[ "${1:-}" == real-node ]]; then
     "$(build pause pause v1 "" "" pause)"
     "$(build coredns coredns "$COREDNS_VERSION" "" "" coredns)"
   )
+fi
+# `build.sh kueue` adds Kueue's manager, and beside it (kueue-config/) the CRDs and webhook
+# configurations of the same module version, that kueue.sh applies.
+if [[ " $* " == *" kueue "* ]]; then
+  kueue="$(build kueue kueue "$KUEUE_VERSION" \
+      "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" "" kueue)"
+  if [[ ! -d "$kueue/kueue-config" ]]; then
+    src="$(cd "$here/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+    mkdir -p "$kueue/kueue-config.tmp/crds"
+    cp "$src"/config/components/crd/bases/*.yaml "$kueue/kueue-config.tmp/crds/"
+    cp "$src/config/components/webhook/manifests.yaml" "$kueue/kueue-config.tmp/webhooks.yaml"
+    chmod -R u+w "$kueue/kueue-config.tmp"
+    mv "$kueue/kueue-config.tmp" "$kueue/kueue-config"
+  fi
+  dirs+=("$kueue")
 fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then

@@ -207,6 +207,18 @@ def join_gang(
         spec["schedulerName"] = scheduler_name
 
 
+def join_queue(job: JobSpec, labels: dict[str, str], annotations: dict[str, str]) -> None:
+    """Make a worker pod a member of the job's Kueue pod group: the same group name and total
+    count on every worker, so that Kueue admits (and evicts) the group whole."""
+    if job.queue is None:
+        return
+    labels[c.KUEUE_QUEUE_LABEL] = job.queue.name
+    labels[c.KUEUE_GROUP_LABEL] = job.queue.group
+    if job.queue.priority_class:
+        labels[c.KUEUE_PRIORITY_LABEL] = job.queue.priority_class
+    annotations[c.KUEUE_TOTAL_ANNOTATION] = str(job.nodes)
+
+
 def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     """Pod ``<job>-worker-<index>`` of the given restart attempt."""
     template = copy.deepcopy(dict(job.template))
@@ -227,6 +239,7 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     if job.scheduler_name:
         pod_spec["schedulerName"] = job.scheduler_name
     join_gang(job, labels, annotations, pod_spec)
+    join_queue(job, labels, annotations)
 
     trainer = pod_spec["containers"][trainer_index(pod_spec)]
     trainer["env"] = _merge_env(trainer.get("env") or [], build_env(job, index, attempt))

@@ -96,6 +96,18 @@ GANG_SCHEDULER_NAMES = {
     GANG_VOLCANO: "volcano",
 }
 
+# Kueue's plain-pod group integration: a DDPJob labelled with a LocalQueue runs its workers as
+# one pod group that Kueue admits (ungates) whole, evicts whole, and ends when a member says so.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"  # set by Kueue's webhook on pods it manages
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # and its finalizer on them
+KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue lifts on admission
+KUEUE_STOPPED_CONDITION = "TerminationTarget"  # the pod condition Kueue sets before deleting
+
 # Condition types written to status.conditions.
 COND_CREATED = "Created"
 COND_RUNNING = "Running"
@@ -107,6 +119,8 @@ COND_UNSCHEDULABLE = "Unschedulable"
 COND_NOT_STARTING = "ContainersNotStarting"
 COND_BLOCKED = "Blocked"
 COND_GANG = "GangScheduled"
+COND_QUEUED = "Queued"
+COND_ADMITTED = "Admitted"
 
 # Success and clean-up policies.
 SUCCESS_ALL_WORKERS = "AllWorkers"

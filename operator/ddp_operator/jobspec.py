@@ -44,6 +44,16 @@ class Gang:
 
 
 @dataclass(frozen=True)
+class Queue:
+    """Admission by Kueue: the workers are one pod group (``group``, also the name of Kueue's
+    Workload) in LocalQueue ``name``."""
+
+    name: str
+    group: str
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Resolved spec of one DDPJob."""
 
@@ -67,6 +77,7 @@ class JobSpec:
     shm_size: str | None = None
     scheduler_name: str | None = None
     gang: Gang | None = None
+    queue: Queue | None = None
 
     @property
     def kind_name(self) -> str:
@@ -171,6 +182,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         shm_size=spec.get("shmSize"),
         scheduler_name=spec.get("schedulerName"),
         gang=_gang(spec.get("gangScheduling"), name),
+        queue=_queue(meta, name),
     )
 
 
@@ -203,3 +215,15 @@ def _gang(raw: Mapping[str, Any] | None, name: str) -> Gang | None:
         queue=raw.get("queue"),
         topology_key=raw.get("topologyKey"),
     )
+
+
+def _queue(meta: Mapping[str, Any], name: str) -> Queue | None:
+    """Kueue's pod group of a job labelled with a LocalQueue. The group is named after the job
+    and its UID, so that a job deleted and applied again never meets the old group's Workload."""
+    labels = meta.get("labels") or {}
+    queue = labels.get(c.KUEUE_QUEUE_LABEL)
+    if not queue:
+        return None
+    uid = str(meta.get("uid") or "")[:8]
+    group = f"{name[: 62 - len(uid)]}-{uid}" if uid else name[:63]
+    return Queue(name=queue, group=group, priority_class=labels.get(c.KUEUE_PRIORITY_LABEL))

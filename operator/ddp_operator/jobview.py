@@ -39,6 +39,7 @@ NOTABLE = {
     c.COND_FAILED: "True",
     c.COND_RESTARTING: "True",
     c.COND_GANG: "False",
+    c.COND_QUEUED: "True",
 }
 
 

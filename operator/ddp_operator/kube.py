@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,6 +21,7 @@ from . import metrics
 
 CONFLICT = 409
 NOT_FOUND = 404
+UNPROCESSABLE = 422
 Manifest = Mapping[str, Any]
 
 
@@ -163,6 +164,47 @@ class Kube:
             )
         except ApiException as exc:
             if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
+
+    async def annotate_pod(
+        self, namespace: str, name: str, uid: str | None, annotations: Mapping[str, str]
+    ) -> bool:
+        """Add annotations to exactly this pod (its UID in the patch is a precondition); False if
+        it is gone or was replaced."""
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid
+        try:
+            await self._call(
+                "annotate_pod", self.core.patch_namespaced_pod, name, namespace, {"metadata": meta}
+            )
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
+
+    async def remove_finalizer(
+        self, namespace: str, name: str, uid: str | None, finalizers: Sequence[str], drop: str
+    ) -> bool:
+        """Take finalizer ``drop`` off exactly this pod, as last seen with ``finalizers`` (the
+        patch tests the pod's UID and the finalizer's place first); False if the pod is gone,
+        was replaced or changed meanwhile (the next pass sees it anew)."""
+        at = list(finalizers).index(drop)
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": f"/metadata/finalizers/{at}", "value": drop},
+            {"op": "remove", "path": f"/metadata/finalizers/{at}"},
+        ]
+        if uid:
+            ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
+        try:
+            await self._call(
+                "remove_finalizer", self.core.patch_namespaced_pod, name, namespace, ops
+            )
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT, UNPROCESSABLE):
                 return False
             raise
         return True

@@ -11,17 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .reconcile import FINISHED_PHASES
+from .endings import FINISHED_PHASES
 from .workers import WorkerPod
 
 
 class Memory:
     """The status last written, the (name, attempt) of the job's own pods known to have
-    existed, and the UIDs of pods the loop itself deleted."""
+    existed, those Kueue stopped (and why), and the UIDs of pods the loop itself deleted."""
 
     def __init__(self, status: Mapping[str, Any] | None = None):
         self.status: dict[str, Any] = dict(status or {})
         self.seen: set[tuple[str, int]] = set()
+        self.evicted: dict[tuple[str, int], str] = {}
         self.removed: set[str] = set()
 
     @property
@@ -45,10 +46,18 @@ class Memory:
     def passed(self, own: Iterable[WorkerPod], attempt: int, suspended: bool) -> None:
         """After a plan: remember the own pods observed in it; forget earlier attempts (and
         everything while suspended: those pods are deleted on purpose)."""
+        own = list(own)
         if suspended:
-            self.seen = set()
+            self.seen, self.evicted = set(), {}
             return
-        self.seen = {(p.name, p.attempt) for p in own} | {s for s in self.seen if s[1] >= attempt}
+        # Kueue evicts a group whole: once one pod is stopped, every pod of the group is.
+        why = next((p.stopped for p in own if p.stopped), None)
+        live = set() if why else {(p.name, p.attempt) for p in own}
+        self.evicted = {k: v for k, v in self.evicted.items() if k[1] >= attempt and k not in live}
+        if why:
+            self.evicted.update(((p.name, p.attempt), p.stopped or why) for p in own)
+        earlier = {s for s in self.seen if s[1] >= attempt and s not in self.evicted}
+        self.seen = live | earlier
 
     def deleting(self, pods: Iterable[WorkerPod]) -> None:
         """The loop is deleting these pods: their going is no failure."""
@@ -60,5 +69,8 @@ class Memory:
         (created and deleted between two passes)."""
         if pod.uid in self.removed:
             self.removed.discard(pod.uid)
+        elif job_uid is not None and pod.owner_uid == job_uid and pod.stopped:
+            self.evicted[(pod.name, pod.attempt)] = pod.stopped
+            self.seen.discard((pod.name, pod.attempt))
         elif job_uid is not None and pod.owner_uid == job_uid:
             self.seen.add((pod.name, pod.attempt))

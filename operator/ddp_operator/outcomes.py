@@ -17,14 +17,18 @@ def failures(
     created: bool,
     seen: Collection[tuple[str, int]],
     attempt: int,
+    excused: Collection[tuple[str, int]] = (),
 ) -> list[str]:
     """Descriptions of the workers of this attempt that failed, vanished or are being removed.
     A missing worker has vanished if the whole group had been created, or if its pod of this
-    attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be created."""
+    attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be created. One
+    whose pod Kueue removed (``excused``) has not failed."""
     found = []
     for i in range(job.nodes):
         pod = current.get(i)
         if pod is None:
+            if (worker_name(job, i), attempt) in excused:
+                continue
             if created or (worker_name(job, i), attempt) in seen:
                 found.append(f"{worker_name(job, i)} was deleted")
         elif pod.phase == "Failed":

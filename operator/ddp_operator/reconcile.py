@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from . import constants as c
-from . import obstacles, outcomes, startup
+from . import kueue, obstacles, outcomes, startup
 from .builders import worker_name
 from .conditions import (
     NORMAL,
@@ -22,11 +23,10 @@ from .conditions import (
     format_time,
     parse_time,
 )
+from .endings import FINISHED_PHASES, finished
 from .failures import Failure
 from .jobspec import JobSpec
 from .workers import WorkerPod
-
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Plan:
     requeue_after: float | None = None
     delete_job: bool = False
     own: list[WorkerPod] = field(default_factory=list)  # the observed pods the job controls
+    mark_unretriable: list[WorkerPod] = field(default_factory=list)  # for Kueue, once over
+    release: list[WorkerPod] = field(default_factory=list)  # Kueue's finalizer to take off
 
     @property
     def attempt(self) -> int:
@@ -60,18 +62,6 @@ def _counts(pods: Iterable[WorkerPod]) -> dict[str, int]:
     return counts
 
 
-def _cleanup(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
-    """Pods to delete once the job has finished, by the clean-up policy."""
-    if job.clean_pod_policy == c.CLEAN_NONE:
-        return []
-    return [
-        p
-        for p in pods
-        if not p.deleting
-        and (job.clean_pod_policy == c.CLEAN_ALL or p.phase not in FINISHED_PHASES)
-    ]
-
-
 def plan(
     job: JobSpec,
     status: Mapping[str, Any],
@@ -80,11 +70,13 @@ def plan(
     generation: int = 0,
     failure: Failure | None = None,
     seen: Collection[tuple[str, int]] = (),
+    evicted: Mapping[tuple[str, int], str] = MappingProxyType({}),
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
     pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
-    same attempt) and, if the last attempt to act failed, that failure."""
+    same attempt), those Kueue removed (``evicted``: why) and, if the last attempt to act
+    failed, that failure."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt for p in pods)])
@@ -106,6 +98,7 @@ def plan(
 
     def finish(result: Plan, active: bool = True) -> Plan:
         result.force_delete = obstacles.force_delete(pods, now)
+        result.release = kueue.release(pods)
         if active:
             recheck = obstacles.report(conds, pods, now, blockers)
             if recheck is not None:
@@ -159,12 +152,20 @@ def plan(
             )
         result.requeue_after = left.total_seconds()
 
-    # 5. Success, then failure (a whole-group restart while the backoff limit allows).
+    # 5. Kueue evicted the group: no failure and no restart; recreated once it is gone.
+    why = kueue.eviction(current, evicted, attempt) if job.queue else None
+    if why:
+        result.delete = kueue.evict(conds, current, why)
+        if current:
+            return finish(result)
+
+    # 6. Success, then failure (a whole-group restart while the backoff limit allows).
     reason = outcomes.succeeded(job, current)
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
-    failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt)
+    excused = kueue.not_failures(evicted, attempt)
+    failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt, excused)
     if failures:
         cause = "; ".join(failures[:3])
         if len(failures) > 3:
@@ -188,7 +189,7 @@ def plan(
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
 
-    # 6. Remove what does not belong to this attempt. Create what is missing once no pod of an
+    # 7. Remove what does not belong to this attempt. Create what is missing once no pod of an
     #    earlier attempt is left (a worker of a new group could meet a still-running process of
     #    the old one at the master's address, and the two would train together; seen in real
     #    containers) and unless a pod of that name exists (a foreign one: reported).
@@ -224,10 +225,11 @@ def plan(
     else:
         conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
 
-    # 7. What keeps workers from starting, in the scheduler's and the kubelet's own words.
+    # 8. What keeps workers from starting, in the scheduler's, Kueue's and the kubelet's words.
     startup.report(conds, live, job.nodes, job.gang)
+    kueue.report(conds, live, job)
 
-    # 8. Running once every worker has started (finished workers count as started).
+    # 9. Running once every worker has started (finished workers count as started).
     started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)
     if started:
         conds.set(c.COND_RUNNING, True, "AllWorkersRunning", f"{job.nodes} workers running", NORMAL)
@@ -253,22 +255,6 @@ def rejected(
     new = {"phase": "Failed", "conditions": conds.items, "observedGeneration": generation}
     new["completionTime"] = status.get("completionTime") or format_time(now)
     return Plan(status=new, events=conds.events)
-
-
-def finished(
-    job: JobSpec, pods: list[WorkerPod], now: datetime, new: dict[str, Any], result: Plan
-) -> Plan:
-    """Clean-up and TTL of a finished job."""
-    result.create = []
-    result.delete = _cleanup(job, pods)
-    done_at = parse_time(new.get("completionTime"))
-    if job.ttl_seconds_after_finished is not None and done_at is not None:
-        left = done_at + timedelta(seconds=job.ttl_seconds_after_finished) - now
-        if left <= timedelta(0):
-            result.delete_job = True
-        else:
-            result.requeue_after = left.total_seconds()
-    return result
 
 
 def _phase(conds: Conditions) -> str:

@@ -57,11 +57,12 @@ class Runners:
             runner.poke()
 
     async def forget(self, key: Key) -> None:
-        """The job is gone: stop its loop."""
+        """The job is gone: stop its loop (and let Kueue release its pods)."""
         runner = self._runners.pop(key, None)
         if runner is not None:
-            await runner.stop()
+            await runner.deleted()
 
     async def close(self) -> None:
         for key in list(self._runners):
-            await self.forget(key)
+            runner = self._runners.pop(key)
+            await runner.stop()

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
 
-from . import builders, gang, metrics, obstacles, reconcile
+from . import builders, gang, kueue, metrics, obstacles, reconcile
+from . import constants as c
 from .failures import (
     Failure,
     GangUnavailable,
@@ -31,6 +32,7 @@ from .failures import (
 from .jobspec import JobSpec, SpecError, resolve
 from .kube import JobGone, Kube, NotServed
 from .memory import Memory
+from .steps import all_steps, step
 from .workers import WorkerPod, controller
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,23 @@ class JobRunner:
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
+
+    async def deleted(self) -> None:
+        """The job was deleted: its loop stops, and the pods Kueue holds are marked so that
+        Kueue lets them go with the group."""
+        await self.stop()
+        uid = (self.body.get("metadata") or {}).get("uid")
+        unretriable = {c.KUEUE_RETRIABLE_ANNOTATION: "false"}
+        for pod in kueue.left_behind(uid, self.pods(self.key)):
+            try:
+                await self.kube.annotate_pod(self.key[0], pod.name, pod.uid, unretriable)
+            except Exception as exc:  # the job is gone: its log is all that is left to tell
+                log.warning(
+                    "ddpjob %s/%s: marking pod %s for Kueue: %s",
+                    *self.key,
+                    pod.name,
+                    api_message(exc),
+                )
 
     async def _loop(self) -> None:
         failures = 0
@@ -132,8 +151,10 @@ class JobRunner:
                 plan = reconcile.rejected(self.status, failure, now, generation)
             else:
                 pods = self.pods(self.key)
-                seen = self.memory.seen
-                plan = reconcile.plan(job, self.status, pods, now, generation, failure, seen)
+                seen, evicted = self.memory.seen, self.memory.evicted
+                plan = reconcile.plan(
+                    job, self.status, pods, now, generation, failure, seen, evicted
+                )
                 # Only the report; the actions are retried by the next pass.
                 plan.create, plan.delete, plan.force_delete = [], [], []
                 plan.delete_job = False
@@ -153,8 +174,8 @@ class JobRunner:
         job = resolve(body)
         pods = self.pods(self.key)
         now, generation = datetime.now(UTC), meta.get("generation", 0)
-        seen = self.memory.seen
-        plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, seen)
+        seen, evicted = self.memory.seen, self.memory.evicted
+        plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, seen, evicted)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -168,10 +189,29 @@ class JobRunner:
         record_first = bool(plan.delete) or plan.delete_job or plan.attempt != self.attempt
         if record_first:
             await self.record(plan)
+        if plan.mark_unretriable:  # before any deletion: Kueue must see why the group ends
+            unretriable = {c.KUEUE_RETRIABLE_ANNOTATION: "false"}
+            await all_steps(
+                (
+                    f"marking pod {p.name} for Kueue",
+                    self.kube.annotate_pod(job.namespace, p.name, p.uid, unretriable),
+                )
+                for p in plan.mark_unretriable
+            )
+        if plan.release:  # pods Kueue stopped, ended, held only by its finalizer
+            await all_steps(
+                (
+                    f"taking Kueue's finalizer off pod {p.name}",
+                    self.kube.remove_finalizer(
+                        job.namespace, p.name, p.uid, p.finalizers, c.KUEUE_FINALIZER
+                    ),
+                )
+                for p in plan.release
+            )
         removals = [(p, False) for p in plan.delete] + [(p, True) for p in plan.force_delete]
         if removals:
             self.memory.deleting(p for p, _ in removals)
-            await _all(
+            await all_steps(
                 (
                     f"deleting pod {p.name}",
                     self.kube.delete_pod(job.namespace, p.name, p.uid, force),
@@ -191,15 +231,15 @@ class JobRunner:
         the API server refuses fails the job before any pod exists."""
         pods = [builders.build_worker_pod(job, i, plan.attempt) for i in plan.create]
         if len(plan.create) == job.nodes:
-            await _step(
+            await step(
                 f"checking pod {pods[0]['metadata']['name']} (dry run)",
                 self.kube.create_pod(pods[0], dry_run=True),
             )
         await self.create_gang(job, pods[0])
         service = builders.build_service(job)
-        if not await _step("creating the Service", self.kube.create_service(service)):
+        if not await step("creating the Service", self.kube.create_service(service)):
             await self.check_owner(job, "Service", job.name)
-        created = await _all(
+        created = await all_steps(
             (f"creating pod {pod['metadata']['name']}", self.kube.create_pod(pod)) for pod in pods
         )
         metrics.PODS_CREATED.inc(sum(created))
@@ -229,7 +269,7 @@ class JobRunner:
         self, job: JobSpec, kind: str, name: str, api: tuple[str, str, str] | None = None
     ) -> None:
         """Raise NameConflict unless the job is the controller of the existing object."""
-        meta = await _step(
+        meta = await step(
             f"reading {kind} {name}", self.kube.read_metadata(kind, job.namespace, name, api)
         )
         if meta is None:
@@ -255,20 +295,3 @@ class JobRunner:
         for event in plan.events:
             log.info("ddpjob %s/%s: %s: %s", *self.key, event.reason, event.message)
             kopf.event(self.body, type=event.type, reason=event.reason, message=event.message)
-
-
-async def _step(what: str, action: Awaitable[T]) -> T:
-    """Await one step of a plan; its error, if any, says which step it was."""
-    try:
-        return await action
-    except Exception as exc:
-        raise StepFailed(what, exc) from exc
-
-
-async def _all(steps: Iterable[tuple[str, Awaitable[T]]]) -> list[T]:
-    """Run steps concurrently; all of them finish; the first error, if any, is raised."""
-    results = await asyncio.gather(*(_step(w, a) for w, a in steps), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]

@@ -52,6 +52,10 @@ class WorkerPod:
     deletion_time: str | None = None
     node_lost: str | None = None
     not_starting: Waiting | None = None
+    gated: bool = False  # held by Kueue's admission scheduling gate
+    queue_managed: bool = False  # Kueue's webhook took the pod
+    stopped: str | None = None  # why Kueue stopped (evicted) the pod
+    unretriable: bool = False  # marked so that Kueue ends the group
 
     def describe_end(self) -> str:
         """Why this worker stopped, in words (for conditions and Events)."""
@@ -118,6 +122,14 @@ def _not_starting(status: Mapping[str, Any]) -> Waiting | None:
     return None
 
 
+def _stopped(status: Mapping[str, Any]) -> str | None:
+    """Kueue's reason and message when it stopped the pod (evicted or preempted its group)."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == c.KUEUE_STOPPED_CONDITION and cond.get("status") == "True":
+            return ": ".join(filter(None, (cond.get("reason"), cond.get("message")))) or "stopped"
+    return None
+
+
 def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
     """Summarise a worker pod; None for a pod without the operator's labels."""
     meta = pod.get("metadata") or {}
@@ -177,4 +189,8 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         deletion_time=meta.get("deletionTimestamp"),
         node_lost=_node_lost(status),
         not_starting=_not_starting(status),
+        gated=any(g.get("name") == c.KUEUE_GATE for g in spec.get("schedulingGates") or ()),
+        queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
+        stopped=_stopped(status),
+        unretriable=(meta.get("annotations") or {}).get(c.KUEUE_RETRIABLE_ANNOTATION) == "false",
     )

@@ -29,6 +29,20 @@ from .nodes import SILENCED
 
 EXIT_CODE_ANNOTATION = "kwok.ddp-operator.io/exit-code"
 NODES_FILE = ROOT / "hack" / "cluster" / "manifests" / "nodes.yaml"
+# A test's own pool of fake GPU nodes (conftest's ``pool``): labelled and tainted with this key.
+POOL_LABEL = "ddp-operator.io/test-pool"
+GPUS = {"resource": "nvidia.com/gpu", "perNode": 8}
+
+
+def on_pool(pool: str) -> dict[str, Any]:
+    """A worker template that runs on the test's pool of nodes (and nowhere else)."""
+    return {
+        "spec": {
+            "nodeSelector": {POOL_LABEL: pool},
+            "tolerations": [{"key": POOL_LABEL, "operator": "Equal", "value": pool}],
+            "containers": [{"name": "trainer", "image": "python:3.11-slim"}],
+        }
+    }
 
 
 def _now() -> str:

@@ -1,0 +1,125 @@
+"""Kueue's plain-pod group integration, the decisions (what a worker carries to join the group:
+``builders.join_queue``). Pure: the job, its pods and what the loop remembers in; conditions and
+actions out.
+
+Kueue's webhook gates every worker (scheduling gate ``kueue.x-k8s.io/admission``) until Kueue
+admits the whole group within its ClusterQueue's quota; the job says so in ``Queued`` and
+``Admitted``. When Kueue evicts or preempts the group it marks each pod (condition
+``TerminationTarget``) and deletes it: that is no failure and costs no restart; the workers are
+recreated with the same group, gated again, and wait for the next admission. Kueue keeps its
+finalizer on a deleted pod of a group until a replacement with another name appears; workers
+keep their names (their DNS identity), so once a deleted worker has ended (or never ran) the
+operator takes Kueue's finalizer off it, and off nothing else. A job that is over
+marks its pods ``kueue.x-k8s.io/retriable-in-group: "false"`` so that Kueue ends the group and
+frees its quota (Kueue never ends a group while it may still get replacement pods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+from . import constants as c
+from .conditions import NORMAL, WARNING, Conditions, condition
+from .jobspec import JobSpec
+from .workers import WorkerPod
+
+PodKey = tuple[str, int]  # (pod name, attempt)
+
+
+def eviction(
+    current: Mapping[int, WorkerPod], evicted: Mapping[PodKey, str], attempt: int
+) -> str | None:
+    """Why Kueue stopped this attempt's group, if it did: a current pod it marked, or one it
+    deleted that the loop remembers (``evicted``: what the watch showed of pods as they went)."""
+    for pod in sorted(current.values(), key=lambda p: p.index):
+        if pod.stopped:
+            return pod.stopped
+    present = {p.name for p in current.values()}
+    gone = ((n, a, why) for (n, a), why in sorted(evicted.items()) if n not in present)
+    return next((why for _, a, why in gone if a == attempt), None)
+
+
+def evict(conds: Conditions, current: Mapping[int, WorkerPod], why: str) -> list[WorkerPod]:
+    """The group was evicted: say so, and return what is left of it to delete (Kueue deletes the
+    pods itself; a worker it has not reached yet is deleted too, as the group goes whole)."""
+    message = (
+        f"Kueue stopped the group ({why}); its workers are recreated and wait to be admitted "
+        "again (no restart counted)"
+    )
+    conds.set(c.COND_QUEUED, True, "Evicted", message, WARNING)
+    conds.set(c.COND_ADMITTED, False, "Evicted", message)
+    conds.set(c.COND_CREATED, False, "Evicted", "the group was evicted by Kueue")
+    conds.set(c.COND_RUNNING, False, "Evicted", "the group was evicted by Kueue")
+    return [p for p in current.values() if not p.deleting]
+
+
+def release(pods: Iterable[WorkerPod]) -> list[WorkerPod]:
+    """The job's pods being deleted (by Kueue or by the operator) that have ended, or never ran,
+    and that only Kueue's finalizer still keeps: Kueue lets such a pod go only once a replacement
+    of another name appears, and a worker's replacement has its name."""
+    return [
+        p
+        for p in pods
+        if p.deleting
+        and c.KUEUE_FINALIZER in p.finalizers
+        and (p.phase in ("Succeeded", "Failed") or not p.node)
+    ]
+
+
+def report(conds: Conditions, live: Sequence[WorkerPod], job: JobSpec) -> None:
+    """``Queued`` while Kueue holds workers gated, ``Admitted`` once it let the whole group go;
+    both False, with a Warning, if Kueue did not take the pods at all (not installed, no pod
+    integration, or a namespace outside its selector): they then run unqueued."""
+    queue = job.queue
+    if queue is None or not live:
+        return
+    where = f"LocalQueue {queue.name}, Workload {queue.group}"
+    if not any(p.queue_managed for p in live):
+        message = (
+            f"the workers carry {c.KUEUE_QUEUE_LABEL}={queue.name} but Kueue did not take them "
+            f"(is Kueue's pod integration enabled for namespace {job.namespace}?); they are "
+            "scheduled without waiting for admission"
+        )
+        old = condition(conds.items, c.COND_QUEUED) or {}
+        event = WARNING if old.get("reason") != "NotManagedByKueue" else None
+        conds.set(c.COND_QUEUED, False, "NotManagedByKueue", message, event)
+        conds.set(c.COND_ADMITTED, False, "NotManagedByKueue", message)
+        return
+    gated = [p for p in live if p.gated]
+    if gated:
+        message = (
+            f"Kueue holds {len(gated)} of {job.nodes} workers until it admits the group ({where})"
+        )
+        event = NORMAL if not conds.true(c.COND_QUEUED) else None
+        conds.set(c.COND_QUEUED, True, "WaitingForAdmission", message, event)
+        conds.set(c.COND_ADMITTED, False, "WaitingForAdmission", message)
+    elif len(live) == job.nodes:
+        message = f"Kueue admitted the group of {job.nodes} workers ({where})"
+        conds.set(c.COND_QUEUED, False, "Admitted", message)
+        conds.set(c.COND_ADMITTED, True, "Admitted", message, NORMAL)
+
+
+def left_behind(job_uid: str | None, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
+    """Once the job itself is deleted: its pods Kueue still holds, to mark so that Kueue ends
+    the group and lets them go (garbage collection deletes them; Kueue's finalizer would keep
+    them Terminating while Kueue waits for replacements)."""
+    return [
+        p
+        for p in pods
+        if job_uid
+        and p.owner_uid == job_uid
+        and c.KUEUE_FINALIZER in p.finalizers
+        and not p.unretriable
+    ]
+
+
+def not_failures(evicted: Mapping[PodKey, str], attempt: int) -> Collection[PodKey]:
+    """The (name, attempt) of workers whose pods Kueue removed: missing, but not failed."""
+    return {k for k in evicted if k[1] == attempt}
+
+
+def unretriable(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
+    """Once the job is over: its pods still to mark so that Kueue ends the group."""
+    if job.queue is None:
+        return []
+    return [p for p in pods if not p.unretriable]
