@@ -85,6 +85,23 @@ class Kube:
             raise
         return True
 
+    async def _on_pod(
+        self,
+        verb: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        gone: tuple[int, ...] = (NOT_FOUND, CONFLICT),
+        **kwargs: Any,
+    ) -> bool:
+        """One call about exactly one pod; False if the pod is gone or was replaced (``gone``)."""
+        try:
+            await self._call(verb, fn, *args, **kwargs)
+        except ApiException as exc:
+            if exc.status in gone:
+                return False
+            raise
+        return True
+
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
         """Create a Service; False if one of that name exists already."""
         return await self._create("create_service", self.core.create_namespaced_service, manifest)
@@ -154,19 +171,8 @@ class Kube:
             body["preconditions"] = {"uid": uid}
         if force:
             body["gracePeriodSeconds"] = 0
-        try:
-            await self._call(
-                "force_delete_pod" if force else "delete_pod",
-                self.core.delete_namespaced_pod,
-                name,
-                namespace,
-                body=body,
-            )
-        except ApiException as exc:
-            if exc.status in (NOT_FOUND, CONFLICT):
-                return False
-            raise
-        return True
+        verb = "force_delete_pod" if force else "delete_pod"
+        return await self._on_pod(verb, self.core.delete_namespaced_pod, name, namespace, body=body)
 
     async def annotate_pod(
         self, namespace: str, name: str, uid: str | None, annotations: Mapping[str, str]
@@ -176,15 +182,10 @@ class Kube:
         meta: dict[str, Any] = {"annotations": dict(annotations)}
         if uid:
             meta["uid"] = uid
-        try:
-            await self._call(
-                "annotate_pod", self.core.patch_namespaced_pod, name, namespace, {"metadata": meta}
-            )
-        except ApiException as exc:
-            if exc.status in (NOT_FOUND, CONFLICT):
-                return False
-            raise
-        return True
+        patch = {"metadata": meta}
+        return await self._on_pod(
+            "annotate_pod", self.core.patch_namespaced_pod, name, namespace, patch
+        )
 
     async def remove_finalizer(
         self, namespace: str, name: str, uid: str | None, finalizers: Sequence[str], drop: str
@@ -199,15 +200,15 @@ class Kube:
         ]
         if uid:
             ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
-        try:
-            await self._call(
-                "remove_finalizer", self.core.patch_namespaced_pod, name, namespace, ops
-            )
-        except ApiException as exc:
-            if exc.status in (NOT_FOUND, CONFLICT, UNPROCESSABLE):
-                return False
-            raise
-        return True
+        # A failed test (the pod changed meanwhile) is a 422.
+        return await self._on_pod(
+            "remove_finalizer",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            ops,
+            gone=(NOT_FOUND, CONFLICT, UNPROCESSABLE),
+        )
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the DDPJob's status subresource; JobGone if the job no longer exists."""
