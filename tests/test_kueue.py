@@ -158,21 +158,23 @@ def test_an_eviction_seen_only_as_the_pods_went_is_no_failure_either() -> None:
     assert cond(memory.status, c.COND_QUEUED)["reason"] == "Evicted"
 
 
-def test_a_worker_that_fails_under_kueue_still_restarts_the_group() -> None:
-    j, memory = job(nodes=2, backoffLimit=2), Memory()
+def one_fails(j, memory: Memory, index: int, code: int):
+    """A running group of two whose worker ``index`` exits with ``code``: the pass, the pods."""
     step(j, memory, [])
     pods = group(2, phase="Running")
-    pods[1] = replace(pods[1], phase="Failed", exit_code=1)
-    p = step(j, memory, pods)
+    pods[index] = replace(pods[index], phase="Failed", exit_code=code)
+    return step(j, memory, pods), pods
+
+
+def test_a_worker_that_fails_under_kueue_still_restarts_the_group() -> None:
+    memory = Memory()
+    p, _ = one_fails(job(nodes=2, backoffLimit=2), memory, 1, 1)
     assert memory.status["restarts"] == 1 and len(p.delete) == 2
 
 
 def test_a_job_over_marks_its_pods_so_that_kueue_ends_the_group() -> None:
     j, memory = job(nodes=2, backoffLimit=0), Memory()
-    step(j, memory, [])
-    pods = group(2, phase="Running")
-    pods[0] = replace(pods[0], phase="Failed", exit_code=3)
-    p = step(j, memory, pods)
+    p, pods = one_fails(j, memory, 0, 3)
     assert memory.status["phase"] == "Failed"
     assert [m.name for m in p.mark_unretriable] == ["j-worker-0", "j-worker-1"]
     assert [d.name for d in p.delete] == ["j-worker-1"]  # cleanPodPolicy Running
