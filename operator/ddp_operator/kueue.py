@@ -24,6 +24,8 @@ from .jobspec import JobSpec
 from .workers import WorkerPod
 
 PodKey = tuple[str, int]  # (pod name, attempt)
+# The mark that tells Kueue a group gets no more replacement pods: Kueue then ends it.
+UNRETRIABLE = {c.KUEUE_RETRIABLE_ANNOTATION: "false"}
 
 
 def eviction(
@@ -35,8 +37,8 @@ def eviction(
         if pod.stopped:
             return pod.stopped
     present = {p.name for p in current.values()}
-    gone = ((n, a, why) for (n, a), why in sorted(evicted.items()) if n not in present)
-    return next((why for _, a, why in gone if a == attempt), None)
+    gone = (why for (n, a), why in sorted(evicted.items()) if a == attempt and n not in present)
+    return next(gone, None)
 
 
 def evict(conds: Conditions, current: Mapping[int, WorkerPod], why: str) -> list[WorkerPod]:

@@ -88,10 +88,9 @@ class JobRunner:
         Kueue lets them go with the group."""
         await self.stop()
         uid = (self.body.get("metadata") or {}).get("uid")
-        unretriable = {c.KUEUE_RETRIABLE_ANNOTATION: "false"}
         for pod in kueue.left_behind(uid, self.pods(self.key)):
             try:
-                await self.kube.annotate_pod(self.key[0], pod.name, pod.uid, unretriable)
+                await self.kube.annotate_pod(self.key[0], pod.name, pod.uid, kueue.UNRETRIABLE)
             except Exception as exc:  # the job is gone: its log is all that is left to tell
                 log.warning(
                     "ddpjob %s/%s: marking pod %s for Kueue: %s",
@@ -190,11 +189,10 @@ class JobRunner:
         if record_first:
             await self.record(plan)
         if plan.mark_unretriable:  # before any deletion: Kueue must see why the group ends
-            unretriable = {c.KUEUE_RETRIABLE_ANNOTATION: "false"}
             await all_steps(
                 (
                     f"marking pod {p.name} for Kueue",
-                    self.kube.annotate_pod(job.namespace, p.name, p.uid, unretriable),
+                    self.kube.annotate_pod(job.namespace, p.name, p.uid, kueue.UNRETRIABLE),
                 )
                 for p in plan.mark_unretriable
             )
