@@ -175,6 +175,7 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
     assert can_i("patch", "ddpjobs.ddp-operator.io", "--subresource=status", "-n", namespace)
     assert can_i("create", "podgroups.scheduling.k8s.io", "-n", namespace)  # gang scheduling
     assert can_i("create", "workloads.scheduling.k8s.io", "-n", namespace)
+    assert can_i("get", "workloads.kueue.x-k8s.io", "-n", namespace)  # why Kueue holds a group
     for denied in (
         ("get", "secrets", "-n", namespace),
         ("list", "secrets", "-A"),

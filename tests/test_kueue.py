@@ -8,7 +8,7 @@ import functools
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ddp_operator import builders
+from ddp_operator import builders, kueue
 from ddp_operator import constants as c
 from ddp_operator.jobspec import resolve
 from ddp_operator.memory import Memory
@@ -35,9 +35,9 @@ def group(n: int, **kw) -> list[WorkerPod]:
     return [own(f"j-worker-{i}", i, 0, uid=f"p{i}", **kw) for i in range(n)]
 
 
-def step(j, memory: Memory, observed: list[WorkerPod]):
-    """One pass as the runner makes it."""
-    p = plan(j, memory.status, observed, NOW, 1, None, memory.seen, memory.evicted)
+def step(j, memory: Memory, observed: list[WorkerPod], told: kueue.Holdup | None = None):
+    """One pass as the runner makes it (``told``: what the group's Workload says)."""
+    p = plan(j, memory.status, observed, NOW, 1, None, memory.seen, memory.evicted, told)
     memory.passed(p.own, p.attempt, j.suspend)
     memory.deleting(p.delete + p.force_delete)
     memory.status.update(p.status)
@@ -108,6 +108,50 @@ def test_queued_while_gated_then_admitted() -> None:
     assert cond(memory.status, c.COND_QUEUED)["status"] == "False"
     assert cond(memory.status, c.COND_ADMITTED)["status"] == "True"
     assert "Admitted" in [e.reason for e in p.events] and memory.status["phase"] == "Running"
+
+
+def workload(reason: str, message: str) -> dict:
+    """A Kueue Workload as the API returns it, not admitted."""
+    conditions = [
+        {"type": "PodsReady", "status": "False", "reason": "WaitForStart", "message": "not all"},
+        {"type": "QuotaReserved", "status": "False", "reason": reason, "message": message},
+    ]
+    return {"metadata": {"name": "j-01234567"}, "status": {"conditions": conditions}}
+
+
+def test_the_workload_says_why_kueue_holds_the_group() -> None:
+    assert kueue.holdup(None) is None
+    assert kueue.holdup({"metadata": {}}) is None  # Kueue has not said anything yet
+    admitted = workload("QuotaReserved", "Quota reserved in ClusterQueue gpus")
+    admitted["status"]["conditions"][1]["status"] = "True"
+    assert kueue.holdup(admitted) is None
+    told = kueue.holdup(workload("Inadmissible", "LocalQueue gpsu doesn't exist"))
+    assert told == kueue.Holdup("Inadmissible", "LocalQueue gpsu doesn't exist")
+    assert told.misconfigured
+    assert not kueue.holdup(workload("Pending", "insufficient unused quota")).misconfigured
+
+
+def test_a_queue_that_does_not_exist_is_said_with_a_warning_not_left_waiting() -> None:
+    j, memory = job("gpsu", nodes=2), Memory()
+    step(j, memory, [])
+    gated = group(2, phase="Pending", gated=True)
+    p = step(j, memory, gated)
+    assert p.requeue_after == kueue.RECHECK_UNTOLD  # the Workload comes after the pods
+    told = kueue.holdup(workload("Inadmissible", "LocalQueue gpsu doesn't exist"))
+    p = step(j, memory, gated, told)
+    queued = cond(memory.status, c.COND_QUEUED)
+    assert queued["status"] == "True" and queued["reason"] == "Inadmissible"
+    assert "LocalQueue gpsu doesn't exist" in queued["message"], queued
+    assert cond(memory.status, c.COND_ADMITTED)["reason"] == "Inadmissible"
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "Inadmissible")]
+    assert p.requeue_after == kueue.RECHECK_TOLD  # the user may create the queue
+    p = step(j, memory, gated, told)
+    assert p.events == []  # said once
+    # The user creates the queue; Kueue now waits for quota: a wait, not a mistake.
+    p = step(j, memory, gated, kueue.holdup(workload("Pending", "insufficient quota")))
+    queued = cond(memory.status, c.COND_QUEUED)
+    assert queued["reason"] == "WaitingForAdmission" and "insufficient quota" in queued["message"]
+    assert kueue.waiting(j, gated) and not kueue.waiting(j, group(2, phase="Running"))
 
 
 def test_pods_kueue_did_not_take_are_said_so_with_a_warning() -> None:

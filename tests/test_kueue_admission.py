@@ -115,6 +115,11 @@ def gated(cluster: Cluster, ns: str, job: str) -> list[str]:
     )
 
 
+def queued(cluster: Cluster, ns: str, name: str) -> dict:
+    """The job's Queued condition (empty until it has one)."""
+    return jobs.condition(jobs.get(cluster, ns, name), "Queued") or {"reason": "", "message": ""}
+
+
 def admitted(cluster: Cluster, ns: str, name: str) -> dict:
     job = jobs.wait_condition(cluster, ns, name, "Admitted")
     wait_for(lambda: len(bound(cluster, ns, name)) == 3, what=f"{name}'s 3 workers bound")
@@ -142,6 +147,9 @@ def test_kueue_admits_one_job_whole_and_holds_the_other_until_it_is_over(
     group = jobs.get(cluster, ns, "b")["metadata"]["uid"][:8]
     workload = cluster.custom.get_namespaced_custom_object(*KUEUE, ns, "workloads", f"b-{group}")
     assert workload["spec"]["podSets"], workload
+    # Kueue's own word on why, from the Workload, is in the condition.
+    wait_for(lambda: "quota" in queued(cluster, ns, "b")["message"], what="Kueue's word in b's")
+    assert "nvidia.com/gpu" in queued(cluster, ns, "b")["message"]
     # a fails for good (backoffLimit 0): it marks its pods, Kueue ends the group, b is admitted.
     pod = jobs.wait_running(cluster, ns, "a", 3)[1]
     pods.finish(cluster, ns, pod["metadata"]["name"], 3, uid=pod["metadata"]["uid"])
@@ -150,6 +158,26 @@ def test_kueue_admits_one_job_whole_and_holds_the_other_until_it_is_over(
     finish_all(cluster, ns, "b")
     jobs.wait_condition(cluster, ns, "b", "Succeeded")
     assert jobs.get(cluster, ns, "b")["status"]["restarts"] == 0
+
+
+def test_a_queue_name_with_a_typo_is_said_at_once_and_the_job_runs_once_it_exists(
+    cluster: Cluster, queue: str
+) -> None:
+    ns = queue
+    job = queued_job("t", ns)
+    job["metadata"]["labels"][QUEUE_LABEL] = "gpsu"  # no such LocalQueue
+    jobs.apply(cluster, job)
+    wait_for(lambda: queued(cluster, ns, "t")["reason"] == "Inadmissible", what="t to say why")
+    said = queued(cluster, ns, "t")
+    assert "LocalQueue gpsu doesn't exist" in said["message"], said
+    warning = jobs.wait_event(cluster, ns, "t", "Inadmissible")[-1]
+    assert warning["type"] == "Warning" and "gpsu" in warning["message"], warning
+    assert bound(cluster, ns, "t") == []
+    # The user creates the queue the job names: Kueue admits it, and it runs.
+    kueue_object(cluster, "LocalQueue", "gpsu", {"clusterQueue": ns}, ns)
+    admitted(cluster, ns, "t")
+    finish_all(cluster, ns, "t")
+    jobs.wait_condition(cluster, ns, "t", "Succeeded")
 
 
 def test_a_preempted_group_is_no_failure_and_comes_back_in_the_same_attempt(

@@ -106,6 +106,8 @@ KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"  # set by Kueue's webhook on pods it manages
 KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # and its finalizer on them
 KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue lifts on admission
+KUEUE_QUOTA_RESERVED = "QuotaReserved"  # the Workload condition saying why it waits
+KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta2", "workloads")
 KUEUE_STOPPED_CONDITION = "TerminationTarget"  # the pod condition Kueue sets before deleting
 
 # Condition types written to status.conditions.

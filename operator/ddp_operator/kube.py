@@ -139,27 +139,37 @@ class Kube:
         """The metadata of a Service or Pod (or of any object: ``api`` is its group, version and
         plural) as a dict; None if there is none of that name."""
         if api is not None:
-            fn: Callable[..., Any] = functools.partial(
-                self.custom.get_namespaced_custom_object, api[0], api[1], namespace, api[2], name
-            )
-        else:
-            read = {
-                "Service": self.core.read_namespaced_service,
-                "Pod": self.core.read_namespaced_pod,
-            }
-            fn = functools.partial(read[kind], name, namespace)
+            obj = await self.read_object(api, namespace, name)
+            return None if obj is None else dict(obj.get("metadata") or {})
+        read = {"Service": self.core.read_namespaced_service, "Pod": self.core.read_namespaced_pod}
+        found = await self._read(f"read_{kind.lower()}", read[kind], name, namespace)
+        return (
+            None
+            if found is None
+            else self.core.api_client.sanitize_for_serialization(found.metadata)
+        )
+
+    async def read_object(
+        self, api: tuple[str, str, str], namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """An object of any API group (``api``: group, version, plural) as a dict; None if
+        there is none of that name, or the API server does not serve the resource."""
+        group, version, plural = api
+        fn = self.custom.get_namespaced_custom_object
+        found = await self._read(f"read_{plural}", fn, group, version, namespace, plural, name)
+        return None if found is None else dict(found)
+
+    async def _read(self, verb: str, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         try:
-            obj = await loop.run_in_executor(self._pool, fn)
+            found = await loop.run_in_executor(self._pool, functools.partial(fn, *args))
         except ApiException as exc:
-            metrics.api_call(f"read_{kind.lower()}", exc.status, expected=(NOT_FOUND,))
+            metrics.api_call(verb, exc.status, expected=(NOT_FOUND,))
             if exc.status == NOT_FOUND:
                 return None
             raise
-        metrics.api_call(f"read_{kind.lower()}", 200)
-        if api is not None:
-            return dict(obj.get("metadata") or {})
-        return self.core.api_client.sanitize_for_serialization(obj.metadata)
+        metrics.api_call(verb, 200)
+        return found
 
     async def delete_pod(
         self, namespace: str, name: str, uid: str | None, force: bool = False

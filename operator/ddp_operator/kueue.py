@@ -17,15 +17,47 @@ frees its quota (Kueue never ends a group while it may still get replacement pod
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from . import constants as c
-from .conditions import NORMAL, WARNING, Conditions, condition
+from .conditions import NORMAL, WARNING, Conditions
 from .jobspec import JobSpec
 from .workers import WorkerPod
 
 PodKey = tuple[str, int]  # (pod name, attempt)
 # The mark that tells Kueue a group gets no more replacement pods: Kueue then ends it.
 UNRETRIABLE = {c.KUEUE_RETRIABLE_ANNOTATION: "false"}
+# How often a job whose group Kueue holds re-reads the group's Workload: soon while Kueue has
+# not said why yet (it creates the Workload after the pods), then rarely.
+RECHECK_UNTOLD, RECHECK_TOLD = 2.0, 30.0
+
+
+@dataclass(frozen=True)
+class Holdup:
+    """Kueue's word on a group it has not admitted: its Workload's ``QuotaReserved`` False."""
+
+    reason: str  # Kueue's: Pending (waits for quota), Inadmissible (a missing queue), ...
+    message: str
+
+    @property
+    def misconfigured(self) -> bool:
+        """Kueue can never admit the group as things are (no such LocalQueue or ClusterQueue,
+        or one that is stopped): a user's mistake to fix, not a wait."""
+        return self.reason not in ("Pending", "WaitingForQuota", "QuotaReserved")
+
+
+def holdup(workload: Mapping[str, Any] | None) -> Holdup | None:
+    """Why Kueue has not admitted the group, from its Workload (None if it has not said)."""
+    for cond in ((workload or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == c.KUEUE_QUOTA_RESERVED and cond.get("status") == "False":
+            return Holdup(str(cond.get("reason") or ""), str(cond.get("message") or ""))
+    return None
+
+
+def waiting(job: JobSpec, pods: Iterable[WorkerPod]) -> bool:
+    """Whether Kueue holds any of the job's workers gated (its Workload then says why)."""
+    return job.queue is not None and any(p.gated and not p.deleting for p in pods)
 
 
 def eviction(
@@ -68,13 +100,17 @@ def release(pods: Iterable[WorkerPod]) -> list[WorkerPod]:
     ]
 
 
-def report(conds: Conditions, live: Sequence[WorkerPod], job: JobSpec) -> None:
-    """``Queued`` while Kueue holds workers gated, ``Admitted`` once it let the whole group go;
-    both False, with a Warning, if Kueue did not take the pods at all (not installed, no pod
-    integration, or a namespace outside its selector): they then run unqueued."""
+def report(
+    conds: Conditions, live: Sequence[WorkerPod], job: JobSpec, told: Holdup | None = None
+) -> float | None:
+    """``Queued`` while Kueue holds workers gated (with Kueue's word, ``told``, from the group's
+    Workload; ``Inadmissible`` and a Warning if Kueue can never admit it as things are),
+    ``Admitted`` once it let the whole group go; both False, with a Warning, if Kueue did not
+    take the pods at all (not installed, no pod integration, or a namespace outside its
+    selector): they then run unqueued. Returns when to read the Workload again, if needed."""
     queue = job.queue
     if queue is None or not live:
-        return
+        return None
     where = f"LocalQueue {queue.name}, Workload {queue.group}"
     if not any(p.queue_managed for p in live):
         message = (
@@ -82,23 +118,27 @@ def report(conds: Conditions, live: Sequence[WorkerPod], job: JobSpec) -> None:
             f"(is Kueue's pod integration enabled for namespace {job.namespace}?); they are "
             "scheduled without waiting for admission"
         )
-        old = condition(conds.items, c.COND_QUEUED) or {}
-        event = WARNING if old.get("reason") != "NotManagedByKueue" else None
-        conds.set(c.COND_QUEUED, False, "NotManagedByKueue", message, event)
+        conds.set(c.COND_QUEUED, False, "NotManagedByKueue", message, WARNING)
         conds.set(c.COND_ADMITTED, False, "NotManagedByKueue", message)
-        return
+        return None
     gated = [p for p in live if p.gated]
     if gated:
         message = (
             f"Kueue holds {len(gated)} of {job.nodes} workers until it admits the group ({where})"
         )
-        event = NORMAL if not conds.true(c.COND_QUEUED) else None
-        conds.set(c.COND_QUEUED, True, "WaitingForAdmission", message, event)
-        conds.set(c.COND_ADMITTED, False, "WaitingForAdmission", message)
-    elif len(live) == job.nodes:
+        reason, event = "WaitingForAdmission", NORMAL
+        if told is not None:
+            message += f": {told.message} ({told.reason})"
+            if told.misconfigured:
+                reason, event = "Inadmissible", WARNING
+        conds.set(c.COND_QUEUED, True, reason, message, event)
+        conds.set(c.COND_ADMITTED, False, reason, message)
+        return RECHECK_UNTOLD if told is None else RECHECK_TOLD
+    if len(live) == job.nodes:
         message = f"Kueue admitted the group of {job.nodes} workers ({where})"
         conds.set(c.COND_QUEUED, False, "Admitted", message)
         conds.set(c.COND_ADMITTED, True, "Admitted", message, NORMAL)
+    return None
 
 
 def left_behind(job_uid: str | None, pods: Iterable[WorkerPod]) -> list[WorkerPod]:

@@ -48,6 +48,11 @@ class Plan:
     def attempt(self) -> int:
         return int(self.status.get("restarts") or 0)
 
+    def recheck_in(self, seconds: float | None) -> None:
+        """Ask for a pass within ``seconds``, if given (the earliest asked for wins)."""
+        if seconds is not None:
+            self.requeue_after = min(seconds, self.requeue_after or seconds)
+
     @property
     def finished(self) -> bool:
         return self.status.get("phase") in FINISHED_PHASES
@@ -71,12 +76,13 @@ def plan(
     failure: Failure | None = None,
     seen: Collection[tuple[str, int]] = (),
     evicted: Mapping[tuple[str, int], str] = MappingProxyType({}),
+    told: kueue.Holdup | None = None,
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
     pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
-    same attempt), those Kueue removed (``evicted``: why) and, if the last attempt to act
-    failed, that failure."""
+    same attempt), those Kueue removed (``evicted``: why), why Kueue holds the group (``told``,
+    from its Workload) and, if the last attempt to act failed, that failure."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt for p in pods)])
@@ -100,9 +106,7 @@ def plan(
         result.force_delete = obstacles.force_delete(pods, now)
         result.release = kueue.release(pods)
         if active:
-            recheck = obstacles.report(conds, pods, now, blockers)
-            if recheck is not None:
-                result.requeue_after = min(recheck, result.requeue_after or recheck)
+            result.recheck_in(obstacles.report(conds, pods, now, blockers))
         new["conditions"] = conds.items
         new["phase"] = _phase(conds)
         result.events = conds.events
@@ -227,7 +231,7 @@ def plan(
 
     # 8. What keeps workers from starting, in the scheduler's, Kueue's and the kubelet's words.
     startup.report(conds, live, job.nodes, job.gang)
-    kueue.report(conds, live, job)
+    result.recheck_in(kueue.report(conds, live, job, told))
 
     # 9. Running once every worker has started (finished workers count as started).
     started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)

@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import builders, gang, kueue, metrics, obstacles, reconcile
-from . import constants as c
+from . import builders, gang, kueue_steps, metrics, obstacles, reconcile
 from .failures import (
     Failure,
     GangUnavailable,
@@ -88,16 +87,7 @@ class JobRunner:
         Kueue lets them go with the group."""
         await self.stop()
         uid = (self.body.get("metadata") or {}).get("uid")
-        for pod in kueue.left_behind(uid, self.pods(self.key)):
-            try:
-                await self.kube.annotate_pod(self.key[0], pod.name, pod.uid, kueue.UNRETRIABLE)
-            except Exception as exc:  # the job is gone: its log is all that is left to tell
-                log.warning(
-                    "ddpjob %s/%s: marking pod %s for Kueue: %s",
-                    *self.key,
-                    pod.name,
-                    api_message(exc),
-                )
+        await kueue_steps.mark_left_behind(self.kube, *self.key, uid, self.pods(self.key))
 
     async def _loop(self) -> None:
         failures = 0
@@ -174,7 +164,10 @@ class JobRunner:
         pods = self.pods(self.key)
         now, generation = datetime.now(UTC), meta.get("generation", 0)
         seen, evicted = self.memory.seen, self.memory.evicted
-        plan = reconcile.plan(job, self.status, pods, now, generation, self.failure, seen, evicted)
+        told = await kueue_steps.holdup(self.kube, job, pods)
+        plan = reconcile.plan(
+            job, self.status, pods, now, generation, self.failure, seen, evicted, told
+        )
         self.memory.passed(plan.own, plan.attempt, job.suspend)
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -189,23 +182,9 @@ class JobRunner:
         if record_first:
             await self.record(plan)
         if plan.mark_unretriable:  # before any deletion: Kueue must see why the group ends
-            await all_steps(
-                (
-                    f"marking pod {p.name} for Kueue",
-                    self.kube.annotate_pod(job.namespace, p.name, p.uid, kueue.UNRETRIABLE),
-                )
-                for p in plan.mark_unretriable
-            )
+            await kueue_steps.mark(self.kube, job.namespace, plan.mark_unretriable)
         if plan.release:  # pods Kueue stopped, ended, held only by its finalizer
-            await all_steps(
-                (
-                    f"taking Kueue's finalizer off pod {p.name}",
-                    self.kube.remove_finalizer(
-                        job.namespace, p.name, p.uid, p.finalizers, c.KUEUE_FINALIZER
-                    ),
-                )
-                for p in plan.release
-            )
+            await kueue_steps.release(self.kube, job.namespace, plan.release)
         removals = [(p, False) for p in plan.delete] + [(p, True) for p in plan.force_delete]
         if removals:
             self.memory.deleting(p for p, _ in removals)
