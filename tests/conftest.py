@@ -23,6 +23,7 @@ from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, wait_f
 from harness.operator import OperatorProcess
 
 KUEUE_SH = ROOT / "hack" / "cluster" / "kueue.sh"
+COSCHEDULING_SH = ROOT / "hack" / "cluster" / "coscheduling.sh"
 
 # Per test session, so that sessions sharing one cluster (and their operators) never meet.
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
@@ -39,13 +40,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a running Docker engine (kind)"))
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi)"))
-    # Kueue's tests just before the last ones: on a cold machine Kueue builds meanwhile (make test).
-    items.sort(
-        key=lambda item: (
-            item.get_closest_marker("last") is not None,
-            "kueue" in getattr(item, "fixturenames", ()),
-        )
-    )
+
+    # The tests of scheduler-plugins, then Kueue's, just before the last ones: on a cold machine
+    # they build meanwhile, in that order (make test).
+    def late(item: pytest.Item) -> int:
+        needs = set(getattr(item, "fixturenames", ()))
+        return 2 if "kueue" in needs else 1 if "coscheduling" in needs else 0
+
+    items.sort(key=lambda item: (item.get_closest_marker("last") is not None, late(item)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -157,6 +159,19 @@ def kueue(cluster: Cluster) -> None:
     groups = cluster.kubectl("api-versions").stdout.split()
     if "kueue.x-k8s.io/v1beta2" not in groups:
         pytest.skip("Kueue (kueue.x-k8s.io/v1beta2) is not installed on this cluster")
+
+
+@pytest.fixture(scope="session")
+def coscheduling(cluster: Cluster) -> None:
+    """scheduler-plugins' scheduler with Coscheduling, as scheduler-plugins-scheduler: on the
+    local cluster started by hack/cluster/coscheduling.sh (and stopped with the cluster); on
+    another, it must run under that name with its PodGroup CRD installed."""
+    if cluster.local:
+        subprocess.run([str(COSCHEDULING_SH), "up"], check=True)
+        return
+    groups = cluster.kubectl("api-versions").stdout.split()
+    if "scheduling.x-k8s.io/v1alpha1" not in groups:
+        pytest.skip("scheduler-plugins (scheduling.x-k8s.io/v1alpha1) is not installed here")
 
 
 @pytest.fixture(scope="session")

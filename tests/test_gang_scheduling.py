@@ -24,6 +24,10 @@ from jobs import ddpjob
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 HOLD = "ddp-operator.io/test-hold"
+GROUP_APIS = {
+    "Kubernetes": ("scheduling.k8s.io", "v1alpha2"),
+    "Coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
+}
 EXAMPLE = ROOT / "examples" / "gang-job.yaml"
 
 
@@ -75,17 +79,17 @@ def test_without_a_gang_two_jobs_each_hold_gpus_and_neither_runs(
         assert jobs.condition(job, "GangScheduled") is None
 
 
-def test_kubernetes_gang_runs_one_job_whole_and_the_other_waits_with_none_placed(
-    cluster: Cluster, pool: str
-) -> None:
-    ns = pool
-    apply_both(cluster, ns, gangScheduling={"scheduler": "Kubernetes"})
-    for name in ("a", "b"):
-        group = cluster.custom.get_namespaced_custom_object(
-            "scheduling.k8s.io", "v1alpha2", ns, "podgroups", name
-        )
-        assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
-        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+def podgroup(cluster: Cluster, ns: str, scheduler: str, name: str) -> dict[str, Any]:
+    """The job's group object of that scheduler (its PodGroup)."""
+    group, version = GROUP_APIS[scheduler]
+    return cluster.custom.get_namespaced_custom_object(group, version, ns, "podgroups", name)
+
+
+def one_runs_whole_and_the_other_waits(cluster: Cluster, ns: str, scheduler: str) -> None:
+    """The deadlock scenario with a gang: the pods are let go in the order that deadlocks
+    (a0, b0, a1, b1), none is bound while no gang is complete; then a's last: a is bound whole,
+    b has none bound and says it waits for its gang; a succeeds: b is bound whole and runs."""
+    apply_both(cluster, ns, gangScheduling={"scheduler": scheduler})
     for i in range(2):
         for name in ("a", "b"):
             lift(cluster, ns, f"{name}-worker-{i}")
@@ -111,6 +115,32 @@ def test_kubernetes_gang_runs_one_job_whole_and_the_other_waits_with_none_placed
     wait_for(lambda: len(placed(cluster, ns, "b")) == 3, what="job b's gang to be bound")
     jobs.wait_condition(cluster, ns, "b", "GangScheduled")
     jobs.wait_phase(cluster, ns, "b", "Running")
+
+
+def test_kubernetes_gang_runs_one_job_whole_and_the_other_waits_with_none_placed(
+    cluster: Cluster, pool: str
+) -> None:
+    one_runs_whole_and_the_other_waits(cluster, pool, "Kubernetes")
+    for name in ("a", "b"):
+        group = podgroup(cluster, pool, "Kubernetes", name)
+        assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+
+
+@pytest.mark.usefixtures("coscheduling")
+def test_coscheduling_runs_one_job_whole_and_the_other_waits_with_none_placed(
+    cluster: Cluster, pool: str
+) -> None:
+    """The same with scheduler-plugins' scheduler (Coscheduling), a second scheduler."""
+    one_runs_whole_and_the_other_waits(cluster, pool, "Coscheduling")
+    for name in ("a", "b"):
+        group = podgroup(cluster, pool, "Coscheduling", name)
+        assert group["spec"]["minMember"] == 3
+        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "24"
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+    for pod in jobs.workers(cluster, pool, "b"):
+        assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "b"
 
 
 def test_the_gang_is_kept_across_a_group_restart(cluster: Cluster, namespace: str) -> None:

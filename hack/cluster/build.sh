@@ -3,7 +3,8 @@
 # (etcd, kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler, kubectl, kubelet,
 # kwok, kwokctl, helm; with the argument real-node also containerd, ctr, the CNI plugins bridge,
 # host-local and loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors,
-# log and kubernetes; with the argument kueue also Kueue's manager) into a cache outside the
+# log and kubernetes; with the argument kueue also Kueue's manager; with the argument
+# scheduler-plugins also scheduler-plugins' scheduler, as scheduler-plugins) into a cache outside the
 # repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin directory holding all
 # of them. Each tool is cached under a key made of its version, its module files and its build
 # flags, so a clone reuses every build and a change rebuilds only that tool.
@@ -36,6 +37,8 @@ build() {
       [[ -f "$here/$dir/main.go" ]] || target=tool
       (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target")
       if [[ -f "$here/$dir/main.go" && "$dir" != "$1" ]]; then mv "$out.tmp/$dir" "$out.tmp/$1"; fi
+      # One tool built under another name (cmd/scheduler as scheduler-plugins).
+      if [[ $target == tool && $# == 1 && ! -e "$out.tmp/$1" ]]; then mv "$out.tmp"/* "$out.tmp/$1"; fi
       rm -rf "$out" && mv "$out.tmp" "$out"
     fi
     exec 9>&-
@@ -93,6 +96,19 @@ if [[ " $* " == *" kueue "* ]]; then
     mv "$kueue/kueue-config.tmp" "$kueue/kueue-config"
   fi
   dirs+=("$kueue")
+fi
+# `build.sh scheduler-plugins` adds scheduler-plugins' scheduler (as scheduler-plugins) and beside
+# it the PodGroup CRD of the same module version, that coscheduling.sh applies.
+if [[ " $* " == *" scheduler-plugins "* ]]; then
+  sp="$(build scheduler-plugins scheduler-plugins "$SCHEDULER_PLUGINS_VERSION" \
+      "-X k8s.io/component-base/version.gitVersion=$SCHEDULER_PLUGINS_K8S_VERSION" "" \
+      scheduler-plugins)"
+  if [[ ! -f "$sp/coscheduling-crd.yaml" ]]; then
+    src="$(cd "$here/scheduler-plugins" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
+    cp "$src/manifests/coscheduling/crd.yaml" "$sp/coscheduling-crd.yaml.tmp"
+    chmod u+w "$sp/coscheduling-crd.yaml.tmp" && mv "$sp/coscheduling-crd.yaml.tmp" "$sp/coscheduling-crd.yaml"
+  fi
+  dirs+=("$sp")
 fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then
