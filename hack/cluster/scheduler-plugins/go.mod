@@ -1,3 +1,7 @@
+// scheduler-plugins' scheduler (cmd/scheduler), for hack/cluster/coscheduling.sh. Its replace
+// directives are those of scheduler-plugins v0.34.7's own go.mod (Kubernetes v1.34.7), except
+// where the module proxy here refuses a v0.34.7 module: then the newest v0.34 patch it serves.
+// go.sum was seeded from scheduler-plugins' own (the checksum database lacks some of these).
 module ddp-operator.io/hack/cluster/scheduler-plugins
 
 go 1.26.0
