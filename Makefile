@@ -45,14 +45,14 @@ unit: $(STAMP)
 # Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
 # Without KUBECONFIG the local cluster's binaries and images are built (or found cached) first,
 # while .venv is set up and linted (measured on a cold machine: the venv's 5 minutes ran beside them).
-# scheduler-plugins' scheduler and Kueue's manager, needed only by their tests (run last, in that
-# order), build at the lowest priority while the others run; those tests wait for them (build.sh's
-# lock) if they are not done.
+# scheduler-plugins, Volcano and Kueue, needed only by their tests (run last, in that order),
+# build at the lowest priority while the others run; those tests wait for them (build.sh's lock)
+# if they are not done.
 test:
 	build=""; if [[ -z "$${KUBECONFIG:-}" ]]; then hack/cluster/cluster.sh build & build=$$!; fi; \
 	if ! $(MAKE) --no-print-directory lint; then [[ -z "$$build" ]] || wait "$$build" || true; exit 1; fi; \
 	if [[ -n "$$build" ]]; then wait "$$build"; fi; \
-	if [[ -z "$${KUBECONFIG:-}" ]]; then (nice -n 19 bash -c 'hack/cluster/build.sh scheduler-plugins && hack/cluster/build.sh kueue' >/dev/null 2>&1 &); fi
+	if [[ -z "$${KUBECONFIG:-}" ]]; then (nice -n 19 bash -c 'for t in scheduler-plugins volcano kueue; do hack/cluster/build.sh $$t; done' >/dev/null 2>&1 &); fi
 	$(BIN)/pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
 cluster-up: $(STAMP)
@@ -76,7 +76,7 @@ bench-quick: cluster-up
 
 # What gang scheduling costs: one 64-worker job, each gang mode the cluster serves vs none.
 bench-gang: cluster-up
-	if [[ -z "$${KUBECONFIG:-}" ]]; then hack/cluster/kueue.sh up && hack/cluster/coscheduling.sh up; fi
+	if [[ -z "$${KUBECONFIG:-}" ]]; then for s in kueue coscheduling volcano; do hack/cluster/$$s.sh up; done; fi
 	$(BIN)/python bench/gang.py
 
 # Scripted jobs under random faults on the local cluster (brought up if needed); the faults,

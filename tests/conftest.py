@@ -24,6 +24,8 @@ from harness.operator import OperatorProcess
 
 KUEUE_SH = ROOT / "hack" / "cluster" / "kueue.sh"
 COSCHEDULING_SH = ROOT / "hack" / "cluster" / "coscheduling.sh"
+VOLCANO_SH = ROOT / "hack" / "cluster" / "volcano.sh"
+LATE = ("coscheduling", "volcano", "kueue")  # fixtures whose programs make test builds meanwhile
 
 # Per test session, so that sessions sharing one cluster (and their operators) never meet.
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
@@ -41,11 +43,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi)"))
 
-    # The tests of scheduler-plugins, then Kueue's, just before the last ones: on a cold machine
-    # they build meanwhile, in that order (make test).
+    # The tests of scheduler-plugins, Volcano, then Kueue, just before the last ones: on a cold
+    # machine they build meanwhile, in that order (make test).
     def late(item: pytest.Item) -> int:
         needs = set(getattr(item, "fixturenames", ()))
-        return 2 if "kueue" in needs else 1 if "coscheduling" in needs else 0
+        return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
 
     items.sort(key=lambda item: (item.get_closest_marker("last") is not None, late(item)))
 
@@ -172,6 +174,18 @@ def coscheduling(cluster: Cluster) -> None:
     groups = cluster.kubectl("api-versions").stdout.split()
     if "scheduling.x-k8s.io/v1alpha1" not in groups:
         pytest.skip("scheduler-plugins (scheduling.x-k8s.io/v1alpha1) is not installed here")
+
+
+@pytest.fixture(scope="session")
+def volcano(cluster: Cluster) -> None:
+    """Volcano (scheduler, controller manager, PodGroup and Queue webhooks): on the local cluster
+    started by hack/cluster/volcano.sh (and stopped with the cluster); on another, installed."""
+    if cluster.local:
+        subprocess.run([str(VOLCANO_SH), "up"], check=True)
+        return
+    groups = cluster.kubectl("api-versions").stdout.split()
+    if "scheduling.volcano.sh/v1beta1" not in groups:
+        pytest.skip("Volcano (scheduling.volcano.sh/v1beta1) is not installed here")
 
 
 @pytest.fixture(scope="session")

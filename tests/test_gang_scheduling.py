@@ -27,6 +27,7 @@ HOLD = "ddp-operator.io/test-hold"
 GROUP_APIS = {
     "Kubernetes": ("scheduling.k8s.io", "v1alpha2"),
     "Coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
+    "Volcano": ("scheduling.volcano.sh", "v1beta1"),
 }
 EXAMPLE = ROOT / "examples" / "gang-job.yaml"
 
@@ -141,6 +142,22 @@ def test_coscheduling_runs_one_job_whole_and_the_other_waits_with_none_placed(
     for pod in jobs.workers(cluster, pool, "b"):
         assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "b"
+
+
+@pytest.mark.usefixtures("volcano")
+def test_volcano_runs_one_job_whole_and_the_other_waits_with_none_placed(
+    cluster: Cluster, pool: str
+) -> None:
+    """The same with Volcano (its scheduler, controller manager and webhooks)."""
+    one_runs_whole_and_the_other_waits(cluster, pool, "Volcano")
+    for name in ("a", "b"):
+        group = podgroup(cluster, pool, "Volcano", name)
+        assert group["spec"]["minMember"] == 3
+        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "24"
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+    for pod in jobs.workers(cluster, pool, "b"):
+        assert pod["spec"]["schedulerName"] == "volcano"
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "b"
 
 
 def test_the_gang_is_kept_across_a_group_restart(cluster: Cluster, namespace: str) -> None:

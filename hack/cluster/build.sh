@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from the pinned Go modules beside this script
 # (etcd, kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler, kubectl, kubelet,
-# kwok, kwokctl, helm; with the argument real-node also containerd, ctr, the CNI plugins bridge,
-# host-local and loopback, the pause binary and coredns, CoreDNS with the plugins bind, errors,
-# log and kubernetes; with the argument kueue also Kueue's manager; with the argument
-# scheduler-plugins also scheduler-plugins' scheduler, as scheduler-plugins) into a cache outside the
-# repository (~/.cache/ddp-operator, or DDP_CACHE_DIR), and prints a bin directory holding all
-# of them. Each tool is cached under a key made of its version, its module files and its build
+# kwok, kwokctl, helm) into a cache outside the repository (~/.cache/ddp-operator, or
+# DDP_CACHE_DIR), and prints a bin directory holding all of them. Each argument adds more:
+#   real-node          containerd, ctr, the CNI plugins bridge, host-local and loopback, the pause
+#                      binary and coredns (CoreDNS with the plugins bind, errors, log, kubernetes)
+#   kueue              Kueue's manager
+#   scheduler-plugins  scheduler-plugins' scheduler, as scheduler-plugins
+#   volcano            Volcano's vc-scheduler, vc-controller-manager and vc-webhook-manager
+# Each tool is cached under a key made of its version, its module files and its build
 # flags, so a clone reuses every build and a change rebuilds only that tool.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,13 +20,16 @@ export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath"
 log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
 
 # build NAME MODULE_DIR VERSION "LDFLAGS" "TAGS" OUTPUT...: prints the tool's cached directory.
+# An OUTPUT written NAME=BUILT is the binary go builds as BUILT (a tool's last path element),
+# renamed (cmd/scheduler of scheduler-plugins as scheduler-plugins).
 build() {
   local name=$1 dir=$2 version=$3 ldflags=$4 tags=$5; shift 5
   local key out
   key="$( { cat "$here/$dir"/go.mod "$here/$dir"/go.sum "$here/$dir"/*.go 2>/dev/null; \
             echo "$version|$ldflags|$tags|$(go env GOVERSION)"; } | sha256sum | cut -c1-12)"
   out="$root/$name-$version-$key"
-  local missing=0 b
+  local renames=("$@") missing=0 b
+  set -- "${@%%=*}"
   for b in "$@"; do [[ -x "$out/$b" ]] || missing=1; done
   if [[ $missing == 1 ]]; then
     exec 9>"$root/.$name.lock"
@@ -37,8 +42,9 @@ build() {
       [[ -f "$here/$dir/main.go" ]] || target=tool
       (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target")
       if [[ -f "$here/$dir/main.go" && "$dir" != "$1" ]]; then mv "$out.tmp/$dir" "$out.tmp/$1"; fi
-      # One tool built under another name (cmd/scheduler as scheduler-plugins).
-      if [[ $target == tool && $# == 1 && ! -e "$out.tmp/$1" ]]; then mv "$out.tmp"/* "$out.tmp/$1"; fi
+      for b in "${renames[@]}"; do
+        if [[ $b == *=* ]]; then mv "$out.tmp/${b#*=}" "$out.tmp/${b%%=*}"; fi
+      done
       rm -rf "$out" && mv "$out.tmp" "$out"
     fi
     exec 9>&-
@@ -102,13 +108,32 @@ fi
 if [[ " $* " == *" scheduler-plugins "* ]]; then
   sp="$(build scheduler-plugins scheduler-plugins "$SCHEDULER_PLUGINS_VERSION" \
       "-X k8s.io/component-base/version.gitVersion=$SCHEDULER_PLUGINS_K8S_VERSION" "" \
-      scheduler-plugins)"
+      scheduler-plugins=scheduler)"
   if [[ ! -f "$sp/coscheduling-crd.yaml" ]]; then
     src="$(cd "$here/scheduler-plugins" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
     cp "$src/manifests/coscheduling/crd.yaml" "$sp/coscheduling-crd.yaml.tmp"
     chmod u+w "$sp/coscheduling-crd.yaml.tmp" && mv "$sp/coscheduling-crd.yaml.tmp" "$sp/coscheduling-crd.yaml"
   fi
   dirs+=("$sp")
+fi
+# `build.sh volcano` adds Volcano's three binaries and beside them (volcano-config/) its CRDs and
+# its Helm chart (its scheduler's configuration, its webhook configurations), of the same module
+# version, that volcano.sh uses.
+if [[ " $* " == *" volcano "* ]]; then
+  vc="$(build volcano volcano "$VOLCANO_VERSION" \
+      "-X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION" "" \
+      vc-scheduler=scheduler vc-controller-manager=controller-manager \
+      vc-webhook-manager=webhook-manager)"
+  if [[ ! -d "$vc/volcano-config" ]]; then
+    src="$(cd "$here/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
+    mkdir -p "$vc/volcano-config.tmp/crds"
+    cp "$src"/config/crd/volcano/bases/*.yaml "$src"/config/crd/jobflow/bases/*.yaml \
+      "$vc/volcano-config.tmp/crds/"
+    cp -r "$src/installer/helm/chart/volcano" "$vc/volcano-config.tmp/chart"
+    chmod -R u+w "$vc/volcano-config.tmp"
+    mv "$vc/volcano-config.tmp" "$vc/volcano-config"
+  fi
+  dirs+=("$vc")
 fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then

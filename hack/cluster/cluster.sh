@@ -113,6 +113,9 @@ down() {
   if [[ -f "$state/coscheduling/scheduler.pid" ]]; then
     "$here/coscheduling.sh" down || log "coscheduling.sh down failed"
   fi
+  if compgen -G "$state/volcano/*.pid" >/dev/null; then
+    "$here/volcano.sh" down || log "volcano.sh down failed"
+  fi
   if [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; then
     "$state/bin/kwokctl" --name "$name" delete cluster >&2
   fi

@@ -68,8 +68,8 @@ webhooks() {
   local ca
   ca="$(base64 -w0 "$state/certs/tls.crt")"
   kubectl_ create --dry-run=client -o json -f "$bin/kueue-config/webhooks.yaml" |
-    python3 "$here/kueue_webhooks.py" --url "https://127.0.0.1:$port" --ca "$ca" \
-      --names "${hooks[@]}" |
+    python3 "$here/webhooks.py" --url "https://127.0.0.1:$port" --ca "$ca" \
+      --only-group kueue.x-k8s.io --pods-labelled kueue.x-k8s.io/queue-name --names "${hooks[@]}" |
     kubectl_ apply --server-side --force-conflicts -f - >/dev/null
 }
 
