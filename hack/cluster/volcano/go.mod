@@ -1,3 +1,9 @@
+// Volcano's vc-scheduler, vc-controller-manager and vc-webhook-manager, for
+// hack/cluster/volcano.sh. Volcano builds its APIs from a directory of its repository
+// (staging/src/volcano.sh/apis) that its module zip leaves out, so volcano.sh/apis is the
+// published v1.14.0; the Kubernetes modules are those of hack/cluster/scheduler-plugins (v1.34.7
+// where the proxy serves it) instead of Volcano's v1.34.1: one Kubernetes build serves both.
+// go.sum was seeded from Volcano's and scheduler-plugins' own.
 module ddp-operator.io/hack/cluster/volcano
 
 go 1.26.0
