@@ -6,11 +6,11 @@ median of 3 each. The result is the ratio gang/none per mode.
 
 Modes: none, Kubernetes (the in-tree scheduler's Workload and PodGroup: the local cluster
 serves them), Coscheduling (scheduler-plugins' scheduler and its PodGroup;
-hack/cluster/coscheduling.sh up first) and Kueue (the job labelled with a LocalQueue of a
-ClusterQueue large enough: Kueue admits the 64-pod group, then the scheduler places it;
-hack/cluster/kueue.sh up first); make bench-gang starts both on the local cluster. A mode whose
-API the cluster does not serve (Volcano: not built here; Kueue when not running) is listed as not
-run, with the reason; it is never counted as a result.
+hack/cluster/coscheduling.sh up first), Volcano (its scheduler, controllers and webhooks;
+hack/cluster/volcano.sh up first) and Kueue (the job labelled with a LocalQueue of a ClusterQueue
+large enough: Kueue admits the 64-pod group, then the scheduler places it; hack/cluster/kueue.sh
+up first); make bench-gang starts all three on the local cluster. A mode whose API the cluster
+does not serve is listed as not run, with the reason; it is never counted as a result.
 """
 
 from __future__ import annotations

@@ -125,6 +125,8 @@ class PodWatch:
     def _run(self, cluster: Cluster, ns: str, selector: str) -> None:
         try:
             self._stream(cluster, ns, selector)
+            if not self._stop.is_set():  # the server ended it: what is waited for never comes
+                raise RuntimeError(f"the API server ended the watch of pods in {ns}")
         except Exception as exc:  # the stream also breaks when close() stops it: no error then
             if not self._stop.is_set():
                 with self._cond:

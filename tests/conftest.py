@@ -49,7 +49,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needs = set(getattr(item, "fixturenames", ()))
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
 
-    items.sort(key=lambda item: (item.get_closest_marker("last") is not None, late(item)))
+    # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("early") is None,
+            item.get_closest_marker("last") is not None,
+            late(item),
+        )
+    )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -17,6 +17,7 @@ from harness import jobs
 from harness.cluster import ROOT, Cluster, wait_for
 from harness.realnode import (
     NODE,
+    ON_REAL_NODE,
     container_pid,
     for_real_node,
     kubectl_ddp,
@@ -68,10 +69,11 @@ def test_torchrun_across_two_real_pods(
     assert "Succeeded" in status and NODE in status, status
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> Iterator[str]:
     """Every launch style's job applied at once in one namespace (the node runs them side by
-    side), each left to finish."""
+    side). The session's first test applies them (``early``), so that they run while the other
+    tests do; the tests of each style, later, find them finished."""
     ns = f"{TEST_NS_PREFIX}styles"
     cluster.core.create_namespace({"metadata": {"name": ns}})
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30)
@@ -80,24 +82,37 @@ def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> It
             job = yaml.safe_load((LAUNCHERS / f"{style}.yaml").read_text())
             job["metadata"]["namespace"] = ns
             jobs.apply(cluster, for_real_node(job, images["trainer"]))
-        for style, _ in STYLES:
-            wait_for(
-                lambda s=style: (
-                    (jobs.get(cluster, ns, s) or {}).get("status", {}).get("phase")
-                    in ("Succeeded", "Failed")
-                ),
-                timeout=900,
-                what=f"{style} to finish",
-            )
         yield ns
     finally:
         cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+@pytest.mark.early
+def test_every_launch_style_gets_its_workers_on_the_real_node(
+    cluster: Cluster, launched: str
+) -> None:
+    for style, _ in STYLES:
+        nodes = jobs.get(cluster, launched, style)["spec"]["nodes"]
+        wait_for(
+            lambda s=style, n=nodes: len(jobs.workers(cluster, launched, s)) == n,
+            what=f"{style}'s {nodes} workers",
+        )
+    for style, _ in STYLES:
+        for pod in jobs.workers(cluster, launched, style):
+            assert pod["spec"]["nodeSelector"] == ON_REAL_NODE["nodeSelector"], pod["spec"]
 
 
 @pytest.mark.parametrize(("style", "world"), STYLES, ids=[s for s, _ in STYLES])
 def test_launch_style_runs_unchanged_in_real_pods(
     cluster: Cluster, launched: str, style: str, world: int
 ) -> None:
+    wait_for(
+        lambda: (
+            jobs.get(cluster, launched, style)["status"].get("phase") in ("Succeeded", "Failed")
+        ),
+        timeout=900,
+        what=f"{style} to finish",
+    )
     job = jobs.get(cluster, launched, style)
     logs = kubectl_ddp(cluster, "logs", style, "-n", launched)
     assert job["status"]["phase"] == "Succeeded", (job["status"], logs)
