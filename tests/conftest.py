@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -158,41 +159,33 @@ def pool(cluster: Cluster, namespace: str) -> Iterator[str]:
             cluster.core.delete_node(name)
 
 
+def running(cluster: Cluster, script: Path, api: str, what: str) -> None:
+    """A program the tests need besides the cluster: on the local cluster started by its
+    hack/cluster script (and stopped with the cluster); on another, it must be installed (its
+    API served), else the test is skipped."""
+    if cluster.local:
+        subprocess.run([str(script), "up"], check=True)
+    elif api not in cluster.kubectl("api-versions").stdout.split():
+        pytest.skip(f"{what} ({api}) is not installed on this cluster")
+
+
 @pytest.fixture(scope="session")
 def kueue(cluster: Cluster) -> None:
-    """Kueue running: on the local cluster started by hack/cluster/kueue.sh (and stopped with the
-    cluster); on another, it must be installed with its pod integration."""
-    if cluster.local:
-        subprocess.run([str(KUEUE_SH), "up"], check=True)
-        return
-    groups = cluster.kubectl("api-versions").stdout.split()
-    if "kueue.x-k8s.io/v1beta2" not in groups:
-        pytest.skip("Kueue (kueue.x-k8s.io/v1beta2) is not installed on this cluster")
+    """Kueue running, with its pod integration."""
+    running(cluster, KUEUE_SH, "kueue.x-k8s.io/v1beta2", "Kueue")
 
 
 @pytest.fixture(scope="session")
 def coscheduling(cluster: Cluster) -> None:
-    """scheduler-plugins' scheduler with Coscheduling, as scheduler-plugins-scheduler: on the
-    local cluster started by hack/cluster/coscheduling.sh (and stopped with the cluster); on
-    another, it must run under that name with its PodGroup CRD installed."""
-    if cluster.local:
-        subprocess.run([str(COSCHEDULING_SH), "up"], check=True)
-        return
-    groups = cluster.kubectl("api-versions").stdout.split()
-    if "scheduling.x-k8s.io/v1alpha1" not in groups:
-        pytest.skip("scheduler-plugins (scheduling.x-k8s.io/v1alpha1) is not installed here")
+    """scheduler-plugins' scheduler with Coscheduling, as scheduler-plugins-scheduler, and its
+    PodGroup CRD."""
+    running(cluster, COSCHEDULING_SH, "scheduling.x-k8s.io/v1alpha1", "scheduler-plugins")
 
 
 @pytest.fixture(scope="session")
 def volcano(cluster: Cluster) -> None:
-    """Volcano (scheduler, controller manager, PodGroup and Queue webhooks): on the local cluster
-    started by hack/cluster/volcano.sh (and stopped with the cluster); on another, installed."""
-    if cluster.local:
-        subprocess.run([str(VOLCANO_SH), "up"], check=True)
-        return
-    groups = cluster.kubectl("api-versions").stdout.split()
-    if "scheduling.volcano.sh/v1beta1" not in groups:
-        pytest.skip("Volcano (scheduling.volcano.sh/v1beta1) is not installed here")
+    """Volcano: scheduler, controller manager, PodGroup and Queue webhooks."""
+    running(cluster, VOLCANO_SH, "scheduling.volcano.sh/v1beta1", "Volcano")
 
 
 @pytest.fixture(scope="session")

@@ -128,20 +128,33 @@ def test_kubernetes_gang_runs_one_job_whole_and_the_other_waits_with_none_placed
         assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
 
 
+def check_podgroups(cluster: Cluster, ns: str, scheduler: str, name: str, mark: str) -> None:
+    """A second scheduler's PodGroups (minMember, minResources, owned by the job), and each pod
+    sent to it (``name``) as a member of its job's group (``mark``: the label or annotation)."""
+    for job in ("a", "b"):
+        group = podgroup(cluster, ns, scheduler, job)
+        assert group["spec"]["minMember"] == 3
+        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "24"
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+        for pod in jobs.workers(cluster, ns, job):
+            meta = pod["metadata"]
+            assert pod["spec"]["schedulerName"] == name
+            assert {**meta.get("labels", {}), **meta.get("annotations", {})}[mark] == job
+
+
 @pytest.mark.usefixtures("coscheduling")
 def test_coscheduling_runs_one_job_whole_and_the_other_waits_with_none_placed(
     cluster: Cluster, pool: str
 ) -> None:
     """The same with scheduler-plugins' scheduler (Coscheduling), a second scheduler."""
     one_runs_whole_and_the_other_waits(cluster, pool, "Coscheduling")
-    for name in ("a", "b"):
-        group = podgroup(cluster, pool, "Coscheduling", name)
-        assert group["spec"]["minMember"] == 3
-        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "24"
-        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
-    for pod in jobs.workers(cluster, pool, "b"):
-        assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
-        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "b"
+    check_podgroups(
+        cluster,
+        pool,
+        "Coscheduling",
+        "scheduler-plugins-scheduler",
+        "scheduling.x-k8s.io/pod-group",
+    )
 
 
 @pytest.mark.usefixtures("volcano")
@@ -150,14 +163,7 @@ def test_volcano_runs_one_job_whole_and_the_other_waits_with_none_placed(
 ) -> None:
     """The same with Volcano (its scheduler, controller manager and webhooks)."""
     one_runs_whole_and_the_other_waits(cluster, pool, "Volcano")
-    for name in ("a", "b"):
-        group = podgroup(cluster, pool, "Volcano", name)
-        assert group["spec"]["minMember"] == 3
-        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "24"
-        assert group["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
-    for pod in jobs.workers(cluster, pool, "b"):
-        assert pod["spec"]["schedulerName"] == "volcano"
-        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "b"
+    check_podgroups(cluster, pool, "Volcano", "volcano", "scheduling.k8s.io/group-name")
 
 
 def test_the_gang_is_kept_across_a_group_restart(cluster: Cluster, namespace: str) -> None:

@@ -22,7 +22,9 @@ port=$((10001 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 log() { echo "[coscheduling $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
 kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-alive() { [[ -f "$state/scheduler.pid" && -e /proc/$(<"$state/scheduler.pid") ]]; }
+pidfile="$state/scheduler.pid"
+# shellcheck source=hack/cluster/daemon.sh
+source "$here/daemon.sh"
 
 # The scheduler's settings: one profile, Coscheduling's queue sort and its gang plugins.
 # permitWaitingTimeSeconds: how long the placed members of an incomplete gang hold their nodes.
@@ -58,17 +60,17 @@ up() {
   kubectl_ apply --server-side --force-conflicts -f "$bin/coscheduling-crd.yaml" >/dev/null
   kubectl_ wait --for=condition=Established --timeout=60s -f "$bin/coscheduling-crd.yaml" >/dev/null
   config
-  if ! alive; then
+  if ! alive "$pidfile"; then
     log "starting scheduler-plugins $SCHEDULER_PLUGINS_VERSION as $name"
     : >"$state/scheduler.log"
     setsid "$bin/scheduler-plugins" --config "$state/config.yaml" \
       --bind-address=127.0.0.1 --secure-port="$port" \
       >>"$state/scheduler.log" 2>&1 </dev/null &
-    echo $! >"$state/scheduler.pid"
+    echo $! >"$pidfile"
   fi
   local t0=$SECONDS
   until curl -sfk -o /dev/null "https://127.0.0.1:$port/readyz"; do
-    alive || die "scheduler-plugins exited: $state/scheduler.log"
+    alive "$pidfile" || die "scheduler-plugins exited: $state/scheduler.log"
     ((SECONDS - t0 < 60)) || die "scheduler-plugins was not ready in 60 s: $state/scheduler.log"
     sleep 0.2
   done
@@ -76,16 +78,7 @@ up() {
 }
 
 down() {
-  if alive; then
-    local pid t0=$SECONDS
-    pid="$(<"$state/scheduler.pid")"
-    kill -TERM "$pid"
-    while [[ -e /proc/$pid ]]; do
-      if ((SECONDS - t0 > 20)); then kill -KILL "$pid"; fi
-      sleep 0.2
-    done
-  fi
-  rm -f "$state/scheduler.pid"
+  stop "$pidfile"
   log "scheduler-plugins is down"
 }
 
@@ -94,6 +87,6 @@ source "$here/versions.env"
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  status) if alive; then echo "scheduler-plugins runs (pid $(<"$state/scheduler.pid"))"; else echo "scheduler-plugins is down"; exit 1; fi ;;
+  status) if alive "$pidfile"; then echo "scheduler-plugins runs (pid $(<"$pidfile"))"; else echo "scheduler-plugins is down"; exit 1; fi ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac

@@ -22,7 +22,9 @@ metrics_certs=/etc/kueue/metrics/certs
 log() { echo "[kueue $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
 kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-alive() { [[ -f "$state/kueue.pid" && -e /proc/$(<"$state/kueue.pid") ]]; }
+pidfile="$state/kueue.pid"
+# shellcheck source=hack/cluster/daemon.sh
+source "$here/daemon.sh"
 
 # The manager's settings: pods only, no leader election, no metrics or probe ports, our certificate.
 config() {
@@ -51,12 +53,7 @@ EOF
 # (Kueue reads the latter's from the fixed path /etc/kueue/metrics/certs when it does not manage
 # certificates itself; down removes that directory if up made it).
 certificate() {
-  if [[ ! -f "$state/certs/tls.crt" ]]; then
-    mkdir -p "$state/certs"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ddp-kueue-webhook" \
-      -addext "subjectAltName=IP:127.0.0.1" -keyout "$state/certs/tls.key" \
-      -out "$state/certs/tls.crt" 2>/dev/null
-  fi
+  self_signed "$state/certs" ddp-kueue-webhook
   if [[ ! -d "$metrics_certs" ]]; then
     mkdir -p "$metrics_certs" && touch "$state/made-metrics-certs"
   fi
@@ -81,15 +78,15 @@ up() {
   kubectl_ create namespace kueue-system --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
   certificate
   config
-  if ! alive; then
+  if ! alive "$pidfile"; then
     log "starting Kueue (webhook on 127.0.0.1:$port)"
     setsid "$bin/kueue" --config "$state/config.yaml" --kubeconfig "$kubeconfig" \
       --feature-gates=VisibilityOnDemand=false >>"$state/kueue.log" 2>&1 </dev/null &
-    echo $! >"$state/kueue.pid"
+    echo $! >"$pidfile"
   fi
   local t0=$SECONDS
   until curl -sk -o /dev/null "https://127.0.0.1:$port/"; do
-    alive || die "Kueue exited: $state/kueue.log"
+    alive "$pidfile" || die "Kueue exited: $state/kueue.log"
     ((SECONDS - t0 < 60)) || die "Kueue's webhook did not answer in 60 s: $state/kueue.log"
     sleep 0.2
   done
@@ -99,16 +96,7 @@ up() {
 
 down() {
   bin="$("$here/build.sh" kueue)"
-  if alive; then
-    local pid t0=$SECONDS
-    pid="$(<"$state/kueue.pid")"
-    kill -TERM "$pid"
-    while [[ -e /proc/$pid ]]; do
-      if ((SECONDS - t0 > 20)); then kill -KILL "$pid"; fi
-      sleep 0.2
-    done
-  fi
-  rm -f "$state/kueue.pid"
+  stop "$pidfile"
   if [[ -f "$state/made-metrics-certs" ]]; then
     rm -rf /etc/kueue && rm -f "$state/made-metrics-certs"
   fi
@@ -122,6 +110,6 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  status) if alive; then echo "Kueue runs (pid $(<"$state/kueue.pid"))"; else echo "Kueue is down"; exit 1; fi ;;
+  status) if alive "$pidfile"; then echo "Kueue runs (pid $(<"$pidfile"))"; else echo "Kueue is down"; exit 1; fi ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac

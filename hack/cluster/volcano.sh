@@ -27,16 +27,8 @@ declare -A health=([vc-webhook-manager]=$((base + 3)) [vc-controller-manager]=$(
 log() { echo "[volcano $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
 kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-alive() { [[ -f "$state/$1.pid" && -e /proc/$(<"$state/$1.pid") ]]; }
-
-certificate() {
-  if [[ ! -f "$state/certs/tls.crt" ]]; then
-    mkdir -p "$state/certs"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ddp-volcano-webhook" \
-      -addext "subjectAltName=IP:127.0.0.1" -keyout "$state/certs/tls.key" \
-      -out "$state/certs/tls.crt" 2>/dev/null
-  fi
-}
+# shellcheck source=hack/cluster/daemon.sh
+source "$here/daemon.sh"
 
 # The chart's webhook configurations for $admissions, pointed at this machine. The webhook
 # manager waits for them by name, and only fills in their caBundle.
@@ -51,7 +43,7 @@ webhooks() {
 # start NAME ARGS...: runs one component unless it runs, its log in $state.
 start() {
   local name=$1; shift
-  if ! alive "$name"; then
+  if ! alive "$state/$name.pid"; then
     setsid "$bin/$name" --kubeconfig "$kubeconfig" --enable-healthz \
       --healthz-address="127.0.0.1:${health[$name]}" "$@" >>"$state/$name.log" 2>&1 </dev/null &
     echo $! >"$state/$name.pid"
@@ -65,7 +57,7 @@ up() {
   kubectl_ apply --server-side --force-conflicts -f "$crds" >/dev/null
   kubectl_ wait --for=condition=Established --timeout=60s -f "$crds" >/dev/null
   kubectl_ create namespace volcano-system --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
-  certificate
+  self_signed "$state/certs" ddp-volcano-webhook
   webhooks | kubectl_ apply --server-side --force-conflicts -f - >/dev/null
   log "starting Volcano $VOLCANO_VERSION (webhooks on 127.0.0.1:$webhook_port)"
   start vc-webhook-manager --enabled-admission="$admissions" \
@@ -80,7 +72,7 @@ up() {
     # (the webhook manager serves its health over TLS, with its webhook certificate)
     until curl -sf -o /dev/null "http://127.0.0.1:${health[$c]}/healthz" ||
       curl -sfk -o /dev/null "https://127.0.0.1:${health[$c]}/healthz"; do
-      alive "$c" || die "$c exited: $state/$c.log"
+      alive "$state/$c.pid" || die "$c exited: $state/$c.log"
       ((SECONDS - t0 < 90)) || die "$c is not healthy after 90 s: $state/$c.log"
       sleep 0.2
     done
@@ -94,18 +86,8 @@ up() {
 
 down() {
   bin="$("$here/build.sh" volcano)"
-  local c pid t0
-  for c in "${components[@]}"; do
-    if alive "$c"; then
-      pid="$(<"$state/$c.pid")" t0=$SECONDS
-      kill -TERM "$pid"
-      while [[ -e /proc/$pid ]]; do
-        if ((SECONDS - t0 > 20)); then kill -KILL "$pid"; fi
-        sleep 0.2
-      done
-    fi
-    rm -f "$state/$c.pid"
-  done
+  local c
+  for c in "${components[@]}"; do stop "$state/$c.pid"; done
   if [[ -f "$kubeconfig" ]]; then
     local kind name
     for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
@@ -124,7 +106,7 @@ case "${1:-}" in
   down) down ;;
   status)
     for c in "${components[@]}"; do
-      if alive "$c"; then echo "$c runs (pid $(<"$state/$c.pid"))"; else echo "$c is down"; exit 1; fi
+      if alive "$state/$c.pid"; then echo "$c runs (pid $(<"$state/$c.pid"))"; else echo "$c is down"; exit 1; fi
     done
     ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sourced by the scripts that run one of the local cluster's extra programs as processes on this
+# machine (kueue.sh, coscheduling.sh, volcano.sh): their process and certificate helpers.
+
+# alive PIDFILE: whether the process written in PIDFILE runs.
+alive() { [[ -f "$1" && -e /proc/$(<"$1") ]]; }
+
+# stop PIDFILE: ends that process (TERM, then KILL after 20 s) and removes PIDFILE.
+stop() {
+  if alive "$1"; then
+    local pid t0=$SECONDS
+    pid="$(<"$1")"
+    kill -TERM "$pid"
+    while [[ -e /proc/$pid ]]; do
+      if ((SECONDS - t0 > 20)); then kill -KILL "$pid"; fi
+      sleep 0.2
+    done
+  fi
+  rm -f "$1"
+}
+
+# self_signed DIR CN: a key and a self-signed certificate for 127.0.0.1 (DIR/tls.key,
+# DIR/tls.crt), made once: what the API server trusts for webhooks served on this machine.
+self_signed() {
+  if [[ ! -f "$1/tls.crt" ]]; then
+    mkdir -p "$1"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$2" \
+      -addext "subjectAltName=IP:127.0.0.1" -keyout "$1/tls.key" -out "$1/tls.crt" 2>/dev/null
+  fi
+}
