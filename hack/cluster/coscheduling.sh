@@ -26,7 +26,10 @@ pidfile="$state/scheduler.pid"
 # shellcheck source=hack/cluster/daemon.sh
 source "$here/daemon.sh"
 
-# The scheduler's settings: one profile, Coscheduling's queue sort and its gang plugins.
+# The scheduler's settings: one profile, Coscheduling's queue sort and its gang plugins. A pod
+# Coscheduling turned away is retried only on a PodGroup change (which scheduler-plugins'
+# controller, not run here, makes when pods end) or after --pod-max-in-unschedulable-pods-duration
+# (5 min by default, 5 s here): so a gang waiting for another job's nodes starts within seconds.
 # permitWaitingTimeSeconds: how long the placed members of an incomplete gang hold their nodes.
 config() {
   cat >"$state/config.yaml" <<EOF
@@ -64,7 +67,7 @@ up() {
     log "starting scheduler-plugins $SCHEDULER_PLUGINS_VERSION as $name"
     : >"$state/scheduler.log"
     setsid "$bin/scheduler-plugins" --config "$state/config.yaml" \
-      --bind-address=127.0.0.1 --secure-port="$port" \
+      --bind-address=127.0.0.1 --secure-port="$port" --pod-max-in-unschedulable-pods-duration=5s \
       >>"$state/scheduler.log" 2>&1 </dev/null &
     echo $! >"$pidfile"
   fi
