@@ -25,21 +25,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-from run import (
-    CONCURRENCY,
-    OURS_PREFIX,
-    RESULTS,
-    ROOT,
-    Cluster,
-    PodWatch,
-    create_jobs,
-    ddpjob,
-    log,
-    our_operator,
-)
 
 from ddp_operator import constants as c
 from ddp_operator import gang
+
+from cluster import CONCURRENCY, RESULTS, ROOT, Cluster, log
+from contenders.base import drain
+from contenders.ours import PREFIX, ddpjob, operator
+from podwatch import PodWatch
 
 KUEUE = "Kueue"
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
@@ -130,8 +123,13 @@ def startup(cluster: Cluster, pool: ThreadPoolExecutor, ns: str, nodes: int, mod
     pods = PodWatch(cluster, ns)
     try:
         t0 = time.monotonic()
-        create_jobs(cluster, pool, [job(f"g-{uuid.uuid4().hex[:4]}", ns, nodes, mode)])
-        return pods.wait_running(nodes) - t0
+        body = job(f"g-{uuid.uuid4().hex[:4]}", ns, nodes, mode)
+        drain(
+            cluster.custom.create_namespaced_custom_object(
+                c.GROUP, c.VERSION, ns, c.PLURAL, body, _preload_content=False
+            )
+        )
+        return pods.wait_running(nodes, f"{mode}: 1 job x {nodes} workers -> Running") - t0
     finally:
         pods.close()
 
@@ -144,10 +142,11 @@ def main() -> int:
     cluster = Cluster()
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/ddpjobs.ddp-operator.io")
+    cluster.bench_nodes()
     pool = ThreadPoolExecutor(CONCURRENCY)
     res: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     res["nodes"] = args.nodes
-    with our_operator(cluster, f"{OURS_PREFIX}*"):
+    with operator(cluster.kubeconfig):
         for mode in MODES:
             if not served(cluster, mode):
                 res[mode] = f"not run: {needs(mode)} is not installed"
@@ -155,7 +154,7 @@ def main() -> int:
                 continue
             times = []
             for r in range(3):
-                ns = cluster.namespace(f"{OURS_PREFIX}gang-{uuid.uuid4().hex[:5]}")
+                ns = cluster.namespace(f"{PREFIX}gang-{uuid.uuid4().hex[:5]}")
                 if mode == KUEUE:
                     kueue_queue(cluster, ns)
                 times.append(startup(cluster, pool, ns, args.nodes, mode))

@@ -8,6 +8,7 @@
 #   kueue              Kueue's manager
 #   scheduler-plugins  scheduler-plugins' scheduler, as scheduler-plugins
 #   volcano            Volcano's vc-scheduler, vc-controller-manager and vc-webhook-manager
+#   jobset             JobSet's controller manager (the benchmark's second peer), as jobset
 # Each tool is cached under a key made of its version, its module files and its build
 # flags, so a clone reuses every build and a change rebuilds only that tool.
 set -euo pipefail
@@ -134,6 +135,21 @@ if [[ " $* " == *" volcano "* ]]; then
     mv "$vc/volcano-config.tmp" "$vc/volcano-config"
   fi
   dirs+=("$vc")
+fi
+# `build.sh jobset` adds JobSet's controller manager and beside it (jobset-config/) its CRD and
+# webhook configurations, of the same module version, that jobset.sh applies.
+if [[ " $* " == *" jobset "* ]]; then
+  js="$(build jobset jobset "$JOBSET_VERSION" \
+      "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" "" jobset)"
+  if [[ ! -d "$js/jobset-config" ]]; then
+    src="$(cd "$here/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+    mkdir -p "$js/jobset-config.tmp/crds"
+    cp "$src"/config/components/crd/bases/*.yaml "$js/jobset-config.tmp/crds/"
+    cp "$src/config/components/webhook/manifests.yaml" "$js/jobset-config.tmp/webhooks.yaml"
+    chmod -R u+w "$js/jobset-config.tmp"
+    mv "$js/jobset-config.tmp" "$js/jobset-config"
+  fi
+  dirs+=("$js")
 fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then

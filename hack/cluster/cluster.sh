@@ -116,6 +116,7 @@ down() {
   if compgen -G "$state/volcano/*.pid" >/dev/null; then
     "$here/volcano.sh" down || log "volcano.sh down failed"
   fi
+  if [[ -f "$state/jobset/jobset.pid" ]]; then "$here/jobset.sh" down || log "jobset.sh down failed"; fi
   if [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; then
     "$state/bin/kwokctl" --name "$name" delete cluster >&2
   fi

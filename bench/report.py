@@ -1,0 +1,140 @@
+"""The benchmark's outputs: ratios from the raw numbers, results/latest.json, the table between
+the markers of bench/README.md, and the RESULT line."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from cost import cluster_cpu
+
+CONTENDERS = ("ours", "raw", "kubeflow", "jobset")
+TITLES = {"ours": "ours", "raw": "raw", "kubeflow": "Kubeflow v1", "jobset": "JobSet"}
+NAN = float("nan")
+
+
+def median_time(res: dict[str, Any], who: str, scenario: str) -> float:
+    """The median seconds of a contender's runs of a scenario (nan if it did not run it)."""
+    runs = res["runs"].get(who, {}).get(scenario) or []
+    return statistics.median(r["seconds"] for r in runs) if runs else NAN
+
+
+def cpu_per_1000_pods(res: dict[str, Any], who: str, scenario: str) -> float:
+    """The median over runs of the controller's and control plane's CPU s per 1000 pods."""
+    per = [cluster_cpu(r["cpu"]) for r in res["runs"].get(who, {}).get(scenario) or []]
+    runs = res["runs"].get(who, {}).get(scenario) or []
+    values = [c * 1000 / r["pods"] for c, r in zip(per, runs, strict=True) if c is not None]
+    return statistics.median(values) if values else NAN
+
+
+def ratios(res: dict[str, Any]) -> dict[str, float]:
+    """The RESULT line's figures: *_ratio_raw is ours/raw; *_ratio_<peer> is peer/ours."""
+    t = lambda who, s: median_time(res, who, s)  # noqa: E731
+    s4 = res.get("s4") or {}
+    return {
+        "s1_ratio_raw": t("ours", "s1") / t("raw", "s1"),
+        "s1_ratio_jobset": t("jobset", "s1") / t("ours", "s1"),
+        "s1_ratio_peer": t("kubeflow", "s1") / t("ours", "s1"),
+        "s2_ratio_raw": t("ours", "s2") / t("raw", "s2"),
+        "s2_ratio_jobset": t("jobset", "s2") / t("ours", "s2"),
+        "s3_p99_ms": (res.get("s3", {}).get("ours") or {}).get("p99_ms", NAN),
+        "s4_rss_mb": s4.get("peak_rss_mb", NAN),
+        "cpu_ratio_jobset": cpu_per_1000_pods(res, "jobset", "s2")
+        / cpu_per_1000_pods(res, "ours", "s2"),
+        "s6_ratio_jobset": t("jobset", "s6") / t("ours", "s6"),
+    }
+
+
+def result_line(r: dict[str, float]) -> str:
+    """RESULT k=v ...: ms and MB as integers, ratios with two decimals, nan where not run."""
+
+    def fmt(k: str, v: float) -> str:
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.0f}" if k.endswith(("_ms", "_mb")) else f"{v:.2f}"
+
+    return "RESULT " + " ".join(f"{k}={fmt(k, v)}" for k, v in r.items())
+
+
+def _cell(v: float, unit: str = "s", digits: int = 2) -> str:
+    return "-" if math.isnan(v) else f"{v:.{digits}f} {unit}".strip()
+
+
+def table(res: dict[str, Any]) -> list[str]:
+    """The README's results: time and cost per scenario, a column per contender."""
+    r, sz = ratios(res), res["sizes"]
+    head = "| scenario | " + " | ".join(TITLES[w] for w in CONTENDERS) + " | ours against them |"
+    rule = "|---" * (len(CONTENDERS) + 2) + "|"
+    time_rows = {
+        "s1": f"S1: 1 job x {sz['s1_nodes']} workers -> all Running (median of 3)",
+        "s2": f"S2: {sz['s2_jobs']} jobs x 4 applied together -> all Running "
+        "(median of 3; Kubeflow: 1 run)",
+        "s5": f"S5: 1 job x {sz['s5_nodes']} workers -> all Running",
+        "s6": f"S6: 1 of {sz['s6_nodes']} workers fails -> next attempt all Running (median of 3)",
+    }
+    rows = [head, rule]
+    for s, title in time_rows.items():
+        cells = [_cell(median_time(res, w, s)) for w in CONTENDERS]
+        rows.append(f"| {title} | " + " | ".join(cells) + f" | {_versus(res, s)} |")
+    s3 = res.get("s3", {})
+    cells = [
+        f"p50 {s3[w]['p50_ms']:.0f} ms, p99 {s3[w]['p99_ms']:.0f} ms" if w in s3 else "-"
+        for w in CONTENDERS
+    ]
+    rows.append(
+        f"| S3: {sz['s3_jobs']} jobs x 4, last pod Succeeded -> job done | "
+        + " | ".join(cells)
+        + f" | p99 {r['s3_p99_ms']:.0f} ms |"
+    )
+    for s in ("s1", "s2", "s3", "s6"):
+        cells = [_cell(cpu_per_1000_pods(res, w, s), "s", 1) for w in CONTENDERS]
+        rows.append(
+            f"| {s.upper()} cost: CPU s per 1000 pods (controller + control plane) | "
+            + " | ".join(cells)
+            + f" | {_versus(res, s, cost=True)} |"
+        )
+    peak = res.get("peak_rss_mb", {})
+    rows.append(
+        "| controller's peak RSS over S1-S3, S5, S6 | "
+        + " | ".join(f"{peak[w]:.0f} MB" if w in peak else "-" for w in CONTENDERS)
+        + " | |"
+    )
+    if s4 := res.get("s4"):
+        marks = ", ".join(f"{m} jobs {v:.0f} MB" for m, v in s4["rss_mb"].items())
+        rows.append(
+            f"| S4: {s4['jobs']} jobs x 4 over 60 s -> all Running; -> all Succeeded | "
+            f"{s4['running_s']:.1f} s; {s4['succeeded_s']:.1f} s | - | - | - | RSS {marks} "
+            f"({s4['rss_kb_per_job']:.0f} KB per job), peak {s4['peak_rss_mb']:.0f} MB; "
+            f"{s4['cpu_per_1000_pods']:.1f} CPU s per 1000 pods |"
+        )
+    return rows
+
+
+def _versus(res: dict[str, Any], s: str, cost: bool = False) -> str:
+    get = cpu_per_1000_pods if cost else median_time
+    ours, parts = get(res, "ours", s), []
+    if not cost and not math.isnan(raw := get(res, "raw", s)):
+        parts.append(f"ours/raw {ours / raw:.2f}")
+    for peer in ("kubeflow", "jobset"):
+        if not math.isnan(theirs := get(res, peer, s)):
+            word = "cheaper" if cost else "faster"
+            parts.append(f"{theirs / ours:.1f}x {word} than {TITLES[peer]}")
+    return "; ".join(parts)
+
+
+def write(res: dict[str, Any], results: Path, readme: Path) -> str:
+    """latest.json, the README's table; returns the RESULT line."""
+    res["ratios"] = ratios(res)
+    (results / "latest.json").write_text(json.dumps(res, indent=2) + "\n")
+    meta = (
+        f"\n{'Quick run' if res['quick'] else 'Full run'} of {res['date']} on {res['machine']}.\n"
+    )
+    text = readme.read_text()
+    head, rest = text.split("<!-- results -->", 1)
+    tail = rest.split("<!-- /results -->", 1)[1]
+    body = "\n".join(table(res))
+    readme.write_text(f"{head}<!-- results -->\n{body}{meta}<!-- /results -->{tail}")
+    return result_line(res["ratios"])

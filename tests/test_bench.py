@@ -1,0 +1,153 @@
+"""The benchmark's own parts (bench/): the report from known numbers, its /proc readings, and, on
+the cluster, one measured run and a wait that cannot end failing at once, saying why."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cluster as bench_cluster
+import cost
+import report
+from contenders.raw import Raw
+from harness.cluster import Cluster
+from podwatch import PodWatch, Stalled
+from scenarios.startup import startup
+
+KEYS = [
+    "s1_ratio_raw",
+    "s1_ratio_jobset",
+    "s1_ratio_peer",
+    "s2_ratio_raw",
+    "s2_ratio_jobset",
+    "s3_p99_ms",
+    "s4_rss_mb",
+    "cpu_ratio_jobset",
+    "s6_ratio_jobset",
+]
+
+
+def runs(seconds: float, cpu: float, pods: int = 100) -> list[dict[str, Any]]:
+    """Three runs of ``seconds``, each costing ``cpu`` (all in the API server) for ``pods`` pods."""
+    usage = {"controller": 0.0, "apiserver": cpu, "etcd": 0.0, "kwok": 50.0}
+    return [{"seconds": seconds, "pods": pods, "cpu": usage} for _ in range(3)]
+
+
+def results(*contenders: str) -> dict[str, Any]:
+    times = {"ours": 2.0, "raw": 1.6, "kubeflow": 10.0, "jobset": 3.0}
+    res: dict[str, Any] = {
+        "quick": True,
+        "date": "2026-11-22 15:00 UTC",
+        "machine": "x86_64, 2 cores",
+        "sizes": {
+            "s1_nodes": 64,
+            "s2_jobs": 50,
+            "s3_jobs": 25,
+            "s4_jobs": 250,
+            "s5_nodes": 512,
+            "s6_nodes": 16,
+        },
+        "runs": {},
+        "s3": {},
+        "peak_rss_mb": {"ours": 90.0},
+        "s4": {
+            "jobs": 250,
+            "running_s": 70.0,
+            "succeeded_s": 20.0,
+            "rss_mb": {62: 80, 250: 95},
+            "rss_kb_per_job": 81.9,
+            "peak_rss_mb": 101.0,
+            "cpu_per_1000_pods": 30.0,
+        },
+    }
+    for who in contenders:
+        res["runs"][who] = {
+            s: runs(times[who], 4.0 if who == "ours" else 6.0) for s in ("s1", "s2", "s6")
+        }
+        if who != "raw":
+            res["s3"][who] = {"p50_ms": 100.0, "p99_ms": 300.0}
+    return res
+
+
+def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_says():
+    line = report.result_line(report.ratios(results("ours", "raw", "kubeflow", "jobset")))
+    assert line.split()[0] == "RESULT"
+    got = dict(kv.split("=") for kv in line.split()[1:])
+    assert list(got) == KEYS
+    # ours/raw for *_ratio_raw; peer/ours (above 1: we are faster or cheaper) for the peers.
+    assert got["s1_ratio_raw"] == "1.25" and got["s2_ratio_raw"] == "1.25"
+    assert got["s1_ratio_jobset"] == "1.50" and got["s1_ratio_peer"] == "5.00"
+    assert got["s6_ratio_jobset"] == "1.50"
+    assert got["cpu_ratio_jobset"] == "1.50"  # kwok (the kubelets' stand-in) is not counted
+    assert got["s3_p99_ms"] == "300" and got["s4_rss_mb"] == "101"
+
+
+def test_a_contender_that_did_not_run_is_nan_never_a_number():
+    r = report.ratios(results("ours", "raw"))
+    assert math.isnan(r["s1_ratio_jobset"]) and math.isnan(r["cpu_ratio_jobset"])
+    assert "s1_ratio_peer=nan" in report.result_line(r)
+    assert r["s1_ratio_raw"] == pytest.approx(1.25)
+
+
+def test_the_table_replaces_only_what_is_between_the_markers(tmp_path: Path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results -->\nold\n<!-- /results -->\nafter\n")
+    line = report.write(results("ours", "raw", "jobset"), tmp_path, readme)
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- results -->\n| scenario | ours | raw | Kubeflow v1 |")
+    assert text.endswith("<!-- /results -->\nafter\n") and "old" not in text
+    assert "1.5x faster than JobSet" in text and "1.5x cheaper than JobSet" in text
+    assert "peak 101 MB" in text
+    assert (tmp_path / "latest.json").exists() and line.startswith("RESULT s1_ratio_raw=1.25")
+
+
+def test_cpu_and_memory_are_read_from_proc():
+    before = cost.cpu_seconds(os.getpid())
+    t = time.process_time()
+    while time.process_time() - t < 0.3:
+        pass
+    assert cost.cpu_seconds(os.getpid()) - before >= 0.2
+    rss, peak = cost.memory_mb(os.getpid())
+    assert 0 < rss <= peak
+
+
+@pytest.fixture
+def bench_nodes(cluster: Cluster) -> Any:
+    """The benchmark's tainted nodes, removed after the test."""
+    bench = bench_cluster.Cluster()
+    bench.bench_nodes()
+    yield bench
+    cluster.kubectl("delete", "node", "-l", f"{bench_cluster.BENCH_LABEL}=true", "--wait=false")
+
+
+@pytest.mark.cluster
+def test_a_raw_run_is_timed_and_costed_on_the_benchs_own_nodes(cluster: Cluster, bench_nodes):
+    with ThreadPoolExecutor(4) as pool:
+        raw = Raw(bench_nodes, pool)
+        try:
+            run = startup(raw, jobs=2, nodes=2, tag="test")
+        finally:
+            raw.close()
+    assert run.pods == 4 and 0 < run.seconds < 120
+    if cluster.local:  # the control plane runs on this machine: its processes are metered
+        assert {"apiserver", "etcd", "controller-manager", "scheduler", "kwok"} <= set(run.cpu)
+        assert run.cpu["apiserver"] > 0 and cost.cluster_cpu(run.cpu) is not None
+
+
+@pytest.mark.cluster
+def test_a_wait_that_cannot_end_fails_at_once_saying_why(cluster: Cluster, namespace: str):
+    bench = bench_cluster.Cluster()
+    pods = PodWatch(bench, namespace, lambda: "JobSet is not running; see its log")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Stalled, match=r"S1 JobSet: .*JobSet is not running; see its log"):
+            pods.wait_running(1, "S1 JobSet: 1 job x 1 workers -> Running", timeout=600)
+        assert time.monotonic() - t0 < 10
+    finally:
+        pods.close()
