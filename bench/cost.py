@@ -5,6 +5,7 @@ and a process's resident memory. On a cluster not run on this machine, only the 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,6 +30,13 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor took from this machine so far (all CPUs, /proc/stat): a run
+    with much of it was slowed by other guests, not by what it measured."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / TICK
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -69,14 +77,18 @@ class Meter:
         self._start: dict[str, float] = {}
 
     def _now(self) -> dict[str, float]:
-        return {role: sum(cpu_seconds(p) for p in pids) for role, pids in self.pids.items()}
+        now = {role: sum(cpu_seconds(p) for p in pids) for role, pids in self.pids.items()}
+        now["steal"] = steal_seconds()  # not processes: never in cluster_cpu()
+        now["wall"] = time.monotonic()
+        return now
 
     def start(self) -> Meter:
         self._start = self._now()
         return self
 
     def stop(self) -> dict[str, float]:
-        """CPU seconds per role since start()."""
+        """CPU seconds per role since start(), the machine's stolen CPU seconds ("steal") and the
+        seconds metered ("wall")."""
         end = self._now()
         return {role: round(end[role] - self._start[role], 2) for role in end}
 

@@ -30,6 +30,13 @@ def cpu_per_1000_pods(res: dict[str, Any], who: str, scenario: str) -> float:
     return statistics.median(values) if values else NAN
 
 
+def stolen(res: dict[str, Any], who: str) -> float:
+    """The share of the machine's CPU time the hypervisor took during a contender's runs."""
+    runs = [r for rs in res["runs"].get(who, {}).values() for r in rs if "wall" in r["cpu"]]
+    wall = sum(r["cpu"]["wall"] for r in runs) * res.get("cores", 1)
+    return sum(r["cpu"]["steal"] for r in runs) / wall if wall else NAN
+
+
 def ratios(res: dict[str, Any]) -> dict[str, float]:
     """The RESULT line's figures: *_ratio_raw is ours/raw; *_ratio_<peer> is peer/ours."""
     t = lambda who, s: median_time(res, who, s)  # noqa: E731
@@ -96,6 +103,11 @@ def table(res: dict[str, Any]) -> list[str]:
             + " | ".join(cells)
             + f" | {_versus(res, s, cost=True)} |"
         )
+    rows.append(
+        "| CPU the hypervisor took from this machine during the runs | "
+        + " | ".join("-" if math.isnan(v := stolen(res, w)) else f"{v:.0%}" for w in CONTENDERS)
+        + " | |"
+    )
     peak = res.get("peak_rss_mb", {})
     rows.append(
         "| controller's peak RSS over S1-S3, S5, S6 | "

@@ -122,6 +122,7 @@ def main() -> int:
         "quick": args.quick,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
+        "cores": os.cpu_count() or 1,
         "sizes": sizes,
         "runs": {},
         "s3": {},
