@@ -132,8 +132,10 @@ def _versus(res: dict[str, Any], s: str, cost: bool = False) -> str:
         parts.append(f"ours/raw {ours / raw:.2f}")
     for peer in ("kubeflow", "jobset"):
         if not math.isnan(theirs := get(res, peer, s)):
-            word = "cheaper" if cost else "faster"
-            parts.append(f"{theirs / ours:.1f}x {word} than {TITLES[peer]}")
+            better, worse = ("cheaper", "costlier") if cost else ("faster", "slower")
+            r = theirs / ours
+            word, r = (better, r) if r >= 1 else (worse, 1 / r)
+            parts.append(f"{r:.1f}x {word} than {TITLES[peer]}")
     return "; ".join(parts)
 
 
