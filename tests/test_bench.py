@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run import QUICK
 
 import cluster as bench_cluster
 import cost
@@ -45,14 +46,7 @@ def results(*contenders: str) -> dict[str, Any]:
         "quick": True,
         "date": "2026-11-22 15:00 UTC",
         "machine": "x86_64, 2 cores",
-        "sizes": {
-            "s1_nodes": 64,
-            "s2_jobs": 50,
-            "s3_jobs": 25,
-            "s4_jobs": 250,
-            "s5_nodes": 512,
-            "s6_nodes": 16,
-        },
+        "sizes": dict(QUICK),
         "runs": {},
         "s3": {},
         "peak_rss_mb": {"ours": 90.0},

@@ -60,6 +60,24 @@ healthy() {
   [[ -f "$kubeconfig" ]] && kubectl_ get --raw /readyz >/dev/null 2>&1
 }
 
+# Every component runs: the controller manager and the scheduler exit if the API server is not
+# healthy within 10 s of their start, which a slow (CPU-starved) machine can miss; kwokctl
+# start cluster starts again only the components that are not running.
+all_running() {
+  local f tries=0 dead
+  while :; do
+    dead=""
+    for f in "$KWOK_WORKDIR/clusters/$name"/pids/*.pid; do
+      alive "$(<"$f")" || dead+=" $(basename "$f" .pid)"
+    done
+    [[ -z "$dead" ]] && return 0
+    ((++tries <= 3)) || { log "exited again:$dead (logs: $KWOK_WORKDIR/clusters/$name/logs)"; return 1; }
+    log "exited:$dead; starting again"
+    "$state/bin/kwokctl" --name "$name" start cluster >&2
+    sleep 12  # past their 10 s wait for a healthy API server
+  done
+}
+
 up() {
   local t0=$SECONDS
   link_tools
@@ -94,6 +112,7 @@ up() {
         --wait 5m >&2
     fi
   fi
+  all_running || die "the control plane does not stay up"
   kubectl_ apply -f "$here/manifests/nodes.yaml" >/dev/null
   kubectl_ wait --for=condition=Ready node --all --timeout=120s >/dev/null
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
@@ -180,6 +199,9 @@ start() {
     if ((SECONDS - t0 > 120)); then log "no /readyz after 120s"; return 1; fi
     sleep 0.2
   done
+  # Past the components' own 10 s wait for a healthy API server: whether they stayed up.
+  ((SECONDS - t0 >= 11)) || sleep $((11 - (SECONDS - t0)))
+  all_running || return 1
   # kwok is back under a new identity: let it take every node's Lease now rather than when the
   # old one expires (up to 20 s: the node lifecycle controller could mark the node Unknown).
   # Not the Leases a test holds (tests/harness/faults.py) nor those kwok renewed already.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sourced by the scripts that run one of the local cluster's extra programs as processes on this
-# machine (kueue.sh, coscheduling.sh, volcano.sh): their process and certificate helpers.
+# machine (kueue.sh, coscheduling.sh, volcano.sh, jobset.sh): their process, certificate and
+# webhook helpers. Some use the sourcing script's $kubeconfig, $pidfile and kubectl_.
+# shellcheck disable=SC2154
 
 # alive PIDFILE: whether the process written in PIDFILE runs.
 alive() { [[ -f "$1" && -e /proc/$(<"$1") ]]; }
@@ -27,4 +29,23 @@ self_signed() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$2" \
       -addext "subjectAltName=IP:127.0.0.1" -keyout "$1/tls.key" -out "$1/tls.crt" 2>/dev/null
   fi
+}
+
+# drop_webhooks MUTATING VALIDATING: removes the program's two webhook configurations, if the
+# cluster is there (the sourcing script's $kubeconfig and kubectl_).
+drop_webhooks() {
+  if [[ -f "$kubeconfig" ]]; then
+    kubectl_ delete mutatingwebhookconfiguration "$1" --ignore-not-found >/dev/null || true
+    kubectl_ delete validatingwebhookconfiguration "$2" --ignore-not-found >/dev/null || true
+  fi
+}
+
+# main NAME ACTION: the script's command line: up, down (its functions) or status (of $pidfile).
+main() {
+  case "${2:-}" in
+    up) up ;;
+    down) down ;;
+    status) if alive "$pidfile"; then echo "$1 runs (pid $(<"$pidfile"))"; else echo "$1 is down"; exit 1; fi ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  esac
 }

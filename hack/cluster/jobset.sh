@@ -91,16 +91,8 @@ up() {
 down() {
   bin="$("$here/build.sh" jobset)"
   stop "$pidfile"
-  if [[ -f "$kubeconfig" ]]; then
-    kubectl_ delete mutatingwebhookconfiguration "${hooks[0]}" --ignore-not-found >/dev/null || true
-    kubectl_ delete validatingwebhookconfiguration "${hooks[1]}" --ignore-not-found >/dev/null || true
-  fi
+  drop_webhooks "${hooks[@]}"
   log "JobSet is down"
 }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) if alive "$pidfile"; then echo "JobSet runs (pid $(<"$pidfile"))"; else echo "JobSet is down"; exit 1; fi ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+main JobSet "$@"

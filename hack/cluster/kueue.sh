@@ -100,16 +100,8 @@ down() {
   if [[ -f "$state/made-metrics-certs" ]]; then
     rm -rf /etc/kueue && rm -f "$state/made-metrics-certs"
   fi
-  if [[ -f "$kubeconfig" ]]; then
-    kubectl_ delete mutatingwebhookconfiguration "${hooks[0]}" --ignore-not-found >/dev/null || true
-    kubectl_ delete validatingwebhookconfiguration "${hooks[1]}" --ignore-not-found >/dev/null || true
-  fi
+  drop_webhooks "${hooks[@]}"
   log "Kueue is down"
 }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) if alive "$pidfile"; then echo "Kueue runs (pid $(<"$pidfile"))"; else echo "Kueue is down"; exit 1; fi ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+main Kueue "$@"
