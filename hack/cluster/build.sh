@@ -53,6 +53,19 @@ build() {
   echo "$out"
 }
 
+# kubebuilder_config OUT DIR MODULE: beside a built tool (OUT/DIR-config/), the CRDs and webhook
+# configurations of a kubebuilder project's module (its config/components), once.
+kubebuilder_config() {
+  local out=$1 dir=$2 module=$3 src
+  [[ -d "$out/$dir-config" ]] && return 0
+  src="$(cd "$here/$dir" && go list -m -f '{{.Dir}}' "$module")"
+  mkdir -p "$out/$dir-config.tmp/crds"
+  cp "$src"/config/components/crd/bases/*.yaml "$out/$dir-config.tmp/crds/"
+  cp "$src/config/components/webhook/manifests.yaml" "$out/$dir-config.tmp/webhooks.yaml"
+  chmod -R u+w "$out/$dir-config.tmp"
+  mv "$out/$dir-config.tmp" "$out/$dir-config"
+}
+
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 kube_ld=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -94,14 +107,7 @@ fi
 if [[ " $* " == *" kueue "* ]]; then
   kueue="$(build kueue kueue "$KUEUE_VERSION" \
       "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" "" kueue)"
-  if [[ ! -d "$kueue/kueue-config" ]]; then
-    src="$(cd "$here/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
-    mkdir -p "$kueue/kueue-config.tmp/crds"
-    cp "$src"/config/components/crd/bases/*.yaml "$kueue/kueue-config.tmp/crds/"
-    cp "$src/config/components/webhook/manifests.yaml" "$kueue/kueue-config.tmp/webhooks.yaml"
-    chmod -R u+w "$kueue/kueue-config.tmp"
-    mv "$kueue/kueue-config.tmp" "$kueue/kueue-config"
-  fi
+  kubebuilder_config "$kueue" kueue sigs.k8s.io/kueue
   dirs+=("$kueue")
 fi
 # `build.sh scheduler-plugins` adds scheduler-plugins' scheduler (as scheduler-plugins) and beside
@@ -141,14 +147,7 @@ fi
 if [[ " $* " == *" jobset "* ]]; then
   js="$(build jobset jobset "$JOBSET_VERSION" \
       "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" "" jobset)"
-  if [[ ! -d "$js/jobset-config" ]]; then
-    src="$(cd "$here/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
-    mkdir -p "$js/jobset-config.tmp/crds"
-    cp "$src"/config/components/crd/bases/*.yaml "$js/jobset-config.tmp/crds/"
-    cp "$src/config/components/webhook/manifests.yaml" "$js/jobset-config.tmp/webhooks.yaml"
-    chmod -R u+w "$js/jobset-config.tmp"
-    mv "$js/jobset-config.tmp" "$js/jobset-config"
-  fi
+  kubebuilder_config "$js" jobset sigs.k8s.io/jobset
   dirs+=("$js")
 fi
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
