@@ -40,9 +40,14 @@ def scale(ct: Contender, jobs: int, over: float = 60.0) -> dict[str, Any]:
             sample()
             time.sleep(max(0.0, t0 + over * (i + batch) / jobs - time.monotonic()))
         doing = f"S4 {ct.title}: {jobs} jobs x {WORKERS} -> Running"
-        running = pods.wait_running(jobs * WORKERS, doing) - t0
-        for mark in marks:  # the last ones, if the applying loop ended first
-            pods.wait(lambda m=mark: (sample() or True) and m in rss, doing)
+        total = jobs * WORKERS
+
+        def all_running() -> bool:  # sampling the marks the applying loop has not seen yet
+            sample()
+            return len(pods.running) >= total
+
+        pods.wait(all_running, doing)
+        running = max(pods.running.values()) - t0
         t1 = time.monotonic()
         finish(ct.cluster, ct.pool, ns, [pods.names[u] for u in pods.running], 0)
         pods.wait(
