@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,17 @@ POD_SPEC: dict[str, Any] = {
     "nodeSelector": {BENCH_LABEL: "true"},
     "tolerations": [{"key": BENCH_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
 }
+
+
+@contextlib.contextmanager
+def unless(status: int) -> Iterator[None]:
+    """Let an API error of ``status`` (409: already there; 404: already gone) pass; any other
+    error is raised: the benchmark never swallows one."""
+    try:
+        yield
+    except client.exceptions.ApiException as exc:
+        if exc.status != status:
+            raise
 
 
 def log(msg: str) -> None:
@@ -69,7 +81,7 @@ class Cluster:
         found = self.core.list_namespace(field_selector=f"metadata.name={name}").items
         if found and found[0].status.phase == "Terminating":
             self.drop(name)
-        with contextlib.suppress(client.exceptions.ApiException):  # 409: it is there
+        with unless(409):
             self.core.create_namespace({"metadata": {"name": name}})
         deadline = time.monotonic() + 30
         while not self.core.list_namespaced_service_account(name).items:
@@ -82,7 +94,7 @@ class Cluster:
         """Delete namespaces and (``wait``) wait until they are gone: the next run starts on a
         quiet cluster."""
         for ns in names:
-            with contextlib.suppress(client.exceptions.ApiException):
+            with unless(404):
                 self.core.delete_namespace(ns, propagation_policy="Background")
         for ns in names if wait else ():
             self.wait_gone(
@@ -115,7 +127,7 @@ class Cluster:
                 "spec": {"taints": [{"key": BENCH_LABEL, "value": "true", "effect": "NoSchedule"}]},
                 "status": {"allocatable": res, "capacity": res},
             }
-            with contextlib.suppress(client.exceptions.ApiException):  # already there
+            with unless(409):
                 self.core.create_node(node)
         self.kubectl(
             "wait", "--for=condition=Ready", "--timeout=120s", *[f"node/{n}" for n in names]

@@ -24,7 +24,7 @@ class Stalled(RuntimeError):
 class PodWatch:
     """Watches a namespace's pods from the moment it is made (before the measured action)."""
 
-    def __init__(self, cluster: Cluster, ns: str, alive: Callable[[], str | None] = lambda: None):
+    def __init__(self, cluster: Cluster, ns: str, dead: Callable[[], str | None] = lambda: None):
         self.ns = ns
         self.running: dict[str, float] = {}
         self.succeeded: dict[str, float] = {}
@@ -32,7 +32,7 @@ class PodWatch:
         self.labels: dict[str, dict[str, str]] = {}
         self.names: dict[str, str] = {}
         self.error: Exception | None = None
-        self._alive = alive
+        self._dead = dead  # why the contender's controller cannot act, or None
         self._last_event = time.monotonic()
         self._stop = threading.Event()
         self._w = watch.Watch()
@@ -76,7 +76,7 @@ class PodWatch:
             while not what():
                 if self.error is not None:
                     raise Stalled(f"{doing}: the pod watch broke: {self.error!r}") from self.error
-                dead = self._alive()
+                dead = self._dead()
                 now = time.monotonic()
                 if dead:
                     raise Stalled(f"{doing}: {dead}")

@@ -24,9 +24,8 @@ def median_time(res: dict[str, Any], who: str, scenario: str) -> float:
 
 def cpu_per_1000_pods(res: dict[str, Any], who: str, scenario: str) -> float:
     """The median over runs of the controller's and control plane's CPU s per 1000 pods."""
-    per = [cluster_cpu(r["cpu"]) for r in res["runs"].get(who, {}).get(scenario) or []]
     runs = res["runs"].get(who, {}).get(scenario) or []
-    values = [c * 1000 / r["pods"] for c, r in zip(per, runs, strict=True) if c is not None]
+    values = [c * 1000 / r["pods"] for r in runs if (c := cluster_cpu(r["cpu"])) is not None]
     return statistics.median(values) if values else NAN
 
 

@@ -64,7 +64,11 @@ def contender_runs(ct: Contender, sizes: dict[str, int], res: dict[str, Any]) ->
 
     def record(scenario: str, run: Any) -> None:
         runs.setdefault(scenario, []).append(dataclasses.asdict(run))
-        cpu = " ".join(f"{role} {sec:.1f}" for role, sec in run.cpu.items())
+        cpu = " ".join(
+            f"{role} {sec:.1f}" for role, sec in run.cpu.items() if role not in ("steal", "wall")
+        )
+        if "wall" in run.cpu:
+            cpu += f"; stolen {run.cpu['steal']:.1f} of {run.cpu['wall']:.1f} s metered"
         log(
             f"{scenario.upper()} {ct.title} {len(runs[scenario])}: {run.seconds:.2f} s; CPU s {cpu}"
         )
@@ -93,7 +97,7 @@ def contender_runs(ct: Contender, sizes: dict[str, int], res: dict[str, Any]) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 10 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (22 min here)")
     parser.add_argument(
         "--only",
         default=",".join(CONTENDERS),

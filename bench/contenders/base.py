@@ -9,9 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-
-from cluster import Cluster
+from cluster import Cluster, unless
 from podwatch import PodWatch
 
 
@@ -74,7 +72,7 @@ class Contender:
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         self.cluster.wait_gone(ns)
         for svc in core.list_namespaced_service(ns).items:
-            with contextlib.suppress(client.exceptions.ApiException):  # GC may be first
+            with unless(404):  # the garbage collector may be first
                 core.delete_namespaced_service(svc.metadata.name, ns)
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
-from cluster import RESULTS, ROOT, free_port, log, pod_spec, stop, wait_http
+from cluster import RESULTS, ROOT, free_port, log, pod_spec, stop, unless, wait_http
 from contenders.base import Contender, process_dead
 
 NS = "bench-kubeflow"
@@ -93,11 +93,11 @@ class Kubeflow(Contender):
         self.cluster.kubectl("apply", "--server-side", "-f", str(crd))
         self.cluster.namespace("kubeflow")
         self.cluster.namespace(NS)
-        with contextlib.suppress(client.exceptions.ApiException):
+        with unless(409):
             self.cluster.core.create_namespaced_secret(
                 "kubeflow", {"metadata": {"name": "training-operator-webhook-cert"}}
             )
-        with contextlib.suppress(client.exceptions.ApiException):
+        with unless(409):
             client.AdmissionregistrationV1Api(
                 self.cluster.api
             ).create_validating_webhook_configuration(webhook_configuration())
