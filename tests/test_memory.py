@@ -76,3 +76,16 @@ def test_a_later_status_written_by_an_earlier_operator_is_taken() -> None:
     assert memory.adopt({"restarts": 2, "phase": "Failed"})
     assert not memory.adopt({"restarts": 2, "phase": "Running"})
     assert memory.status["phase"] == "Failed"
+
+
+def test_a_pod_created_lately_is_not_asked_for_again_until_seen_or_late() -> None:
+    memory = Memory()
+    keys = {0: ("j-worker-0", 0), 1: ("j-worker-1", 0)}
+    assert memory.unasked(keys, 100.0, 10.0) == [0, 1]
+    memory.requested.update(dict.fromkeys(keys.values(), 100.0))
+    assert memory.unasked(keys, 105.0, 10.0) == []  # the watch has yet to show them
+    assert memory.unasked(keys, 110.0, 10.0) == [0, 1]  # never shown: asked for again
+    memory.passed([own(name="j-worker-0", index=0, attempt=0)], 0, False)
+    assert set(memory.requested) == {("j-worker-1", 0)}  # seen: forgotten
+    memory.passed([], 1, False)
+    assert memory.requested == {}  # a later attempt: the earlier one's are forgotten

@@ -90,3 +90,24 @@ class Conditions:
         """Set a condition False, but only if it is there at all."""
         if condition(self.items, type_) is not None:
             self.set(type_, False, reason, message, event)
+
+
+def _standing(conditions: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (cd.get("type"), cd.get("status"), cd.get("reason"), cd.get("observedGeneration"))
+        for cd in conditions
+    ]
+
+
+PROGRESS_KEYS = frozenset({"workers", "conditions"})
+
+
+def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` differs from ``old`` only in progress: the worker counts and conditions'
+    messages (as "12 of 512 workers exist"), every condition's status and reason unchanged."""
+    changed = {k for k in new if old.get(k) != new[k]}
+    return (
+        bool(changed)
+        and changed <= PROGRESS_KEYS
+        and _standing(old.get("conditions") or []) == _standing(new.get("conditions") or [])
+    )

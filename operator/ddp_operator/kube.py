@@ -1,17 +1,19 @@
 """The operator's writes to the API server: the only module of the operator that does I/O.
 
-The official client is synchronous; calls run in a bounded thread pool so that a job's pods
-are created concurrently without blocking kopf's event loop. Responses of writes are not
-deserialised (only their status matters), which keeps the client's CPU cost low.
+The official client's REST layer is synchronous; calls run in a bounded thread pool so that a
+job's pods are created concurrently without blocking kopf's event loop. Bodies go out and come
+back as plain JSON: no model classes, which keeps the client's CPU and memory cost low.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -41,44 +43,75 @@ def api_client(pool_size: int = 64) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
-def _call_raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Call without deserialising the response, and hand the connection back to the pool."""
-    response = fn(*args, _preload_content=False, **kwargs)
-    response.read()
-    response.release_conn()
-
-
 class NotServed(Exception):
     """The API server does not serve the resource (an API group or CRD that is not installed)."""
 
 
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+CORE = "/api/v1/namespaces/{namespace}/{plural}"
+JOBS = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{{namespace}}/{c.PLURAL}"
+
+
+def _path(template: str, *name: str, **params: str) -> str:
+    """A resource path, its parts quoted; ``name`` adds the object's own segment."""
+    path = template.format(**{k: quote(v, safe="") for k, v in params.items()})
+    return path + "".join(f"/{quote(n, safe='')}" for n in name)
+
+
 class Kube:
-    """Asynchronous facade over the official client for the few calls the operator makes."""
+    """Asynchronous facade over the official client's REST layer for the few calls the operator
+    makes. It skips the generated API classes: their module costs 21 MB of memory to import and
+    their argument validation and serialisation most of the client's CPU (bench/README.md)."""
 
     def __init__(self, api: client.ApiClient, concurrency: int = 32):
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.api = api
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kube")
 
-    async def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def _request(
+        self, method: str, path: str, body: Any = None, content_type: str = JSON, query: str = ""
+    ) -> bytes:
+        """One blocking request; its response body, or ApiException for a status not 2xx."""
+        headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = self.api.configuration.host + path + (f"?{query}" if query else "")
+        response = self.api.rest_client.request(method, url, headers=headers, body=body)
+        data = response.read()  # read whole: the connection goes back to the pool
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response.response)
+        return data
+
+    async def _call(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = JSON,
+        query: str = "",
+        expected: tuple[int, ...] = (NOT_FOUND, CONFLICT),
+    ) -> bytes:
         loop = asyncio.get_running_loop()
+        call = functools.partial(self._request, method, path, body, content_type, query)
         try:
-            await loop.run_in_executor(
-                self._pool, functools.partial(_call_raw, fn, *args, **kwargs)
-            )
+            data = await loop.run_in_executor(self._pool, call)
         except ApiException as exc:
-            metrics.api_call(verb, exc.status, expected=(NOT_FOUND, CONFLICT))
+            metrics.api_call(verb, exc.status, expected=expected)
             raise
         except Exception:
             metrics.api_call(verb, None)
             raise
         metrics.api_call(verb, 200)
+        return data
 
     async def _create(
-        self, verb: str, fn: Callable[..., Any], manifest: Mapping[str, Any], **kwargs: Any
+        self, verb: str, template: str, manifest: Mapping[str, Any], query: str = "", **params: str
     ) -> bool:
+        path = _path(template, namespace=manifest["metadata"]["namespace"], **params)
         try:
-            await self._call(verb, fn, manifest["metadata"]["namespace"], manifest, **kwargs)
+            await self._call(verb, "POST", path, manifest, query=query)
         except ApiException as exc:
             if exc.status == CONFLICT:
                 return False
@@ -88,14 +121,17 @@ class Kube:
     async def _on_pod(
         self,
         verb: str,
-        fn: Callable[..., Any],
-        *args: Any,
+        method: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str = JSON,
         gone: tuple[int, ...] = (NOT_FOUND, CONFLICT),
-        **kwargs: Any,
     ) -> bool:
         """One call about exactly one pod; False if the pod is gone or was replaced (``gone``)."""
+        path = _path(CORE, name, namespace=namespace, plural="pods")
         try:
-            await self._call(verb, fn, *args, **kwargs)
+            await self._call(verb, method, path, body, content_type)
         except ApiException as exc:
             if exc.status in gone:
                 return False
@@ -104,28 +140,23 @@ class Kube:
 
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
         """Create a Service; False if one of that name exists already."""
-        return await self._create("create_service", self.core.create_namespaced_service, manifest)
+        return await self._create("create_service", CORE, manifest, plural="services")
 
     async def create_pod(self, manifest: Mapping[str, Any], dry_run: bool = False) -> bool:
         """Create a pod (or only let the API server check it: ``dry_run``); False if one of that
         name exists already."""
-        extra = {"dry_run": "All"} if dry_run else {}
         verb = "create_pod_dry_run" if dry_run else "create_pod"
-        return await self._create(verb, self.core.create_namespaced_pod, manifest, **extra)
+        query = "dryRun=All" if dry_run else ""
+        return await self._create(verb, CORE, manifest, query, plural="pods")
 
     async def create_object(
         self, group: str, version: str, plural: str, manifest: Manifest
     ) -> bool:
         """Create an object of any API group (a gang's PodGroup); False if one of that name
         exists already, NotServed if the API server does not serve that resource."""
-
-        def create(namespace: str, body: Manifest, **kwargs: Any) -> Any:
-            return self.custom.create_namespaced_custom_object(
-                group, version, namespace, plural, body, **kwargs
-            )
-
+        template = f"/apis/{group}/{version}/namespaces/{{namespace}}/{plural}"
         try:
-            return await self._create(f"create_{plural}", create, manifest)
+            return await self._create(f"create_{plural}", template, manifest)
         except ApiException as exc:
             if exc.status == NOT_FOUND and "namespaces" not in (exc.body or ""):
                 raise NotServed(
@@ -140,14 +171,11 @@ class Kube:
         plural) as a dict; None if there is none of that name."""
         if api is not None:
             obj = await self.read_object(api, namespace, name)
-            return None if obj is None else dict(obj.get("metadata") or {})
-        read = {"Service": self.core.read_namespaced_service, "Pod": self.core.read_namespaced_pod}
-        found = await self._read(f"read_{kind.lower()}", read[kind], name, namespace)
-        return (
-            None
-            if found is None
-            else self.core.api_client.sanitize_for_serialization(found.metadata)
-        )
+        else:
+            plural = {"Service": "services", "Pod": "pods"}[kind]
+            path = _path(CORE, name, namespace=namespace, plural=plural)
+            obj = await self._read(f"read_{kind.lower()}", path)
+        return None if obj is None else dict(obj.get("metadata") or {})
 
     async def read_object(
         self, api: tuple[str, str, str], namespace: str, name: str
@@ -155,21 +183,18 @@ class Kube:
         """An object of any API group (``api``: group, version, plural) as a dict; None if
         there is none of that name, or the API server does not serve the resource."""
         group, version, plural = api
-        fn = self.custom.get_namespaced_custom_object
-        found = await self._read(f"read_{plural}", fn, group, version, namespace, plural, name)
-        return None if found is None else dict(found)
+        template = f"/apis/{group}/{version}/namespaces/{{namespace}}/{plural}"
+        return await self._read(f"read_{plural}", _path(template, name, namespace=namespace))
 
-    async def _read(self, verb: str, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
+    async def _read(self, verb: str, path: str) -> dict[str, Any] | None:
+        """The object at ``path`` as the API server's JSON; None if there is none."""
         try:
-            found = await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            data = await self._call(verb, "GET", path, expected=(NOT_FOUND,))
         except ApiException as exc:
-            metrics.api_call(verb, exc.status, expected=(NOT_FOUND,))
             if exc.status == NOT_FOUND:
                 return None
             raise
-        metrics.api_call(verb, 200)
-        return found
+        return json.loads(data)
 
     async def delete_pod(
         self, namespace: str, name: str, uid: str | None, force: bool = False
@@ -182,7 +207,7 @@ class Kube:
         if force:
             body["gracePeriodSeconds"] = 0
         verb = "force_delete_pod" if force else "delete_pod"
-        return await self._on_pod(verb, self.core.delete_namespaced_pod, name, namespace, body=body)
+        return await self._on_pod(verb, "DELETE", namespace, name, body)
 
     async def annotate_pod(
         self, namespace: str, name: str, uid: str | None, annotations: Mapping[str, str]
@@ -193,9 +218,7 @@ class Kube:
         if uid:
             meta["uid"] = uid
         patch = {"metadata": meta}
-        return await self._on_pod(
-            "annotate_pod", self.core.patch_namespaced_pod, name, namespace, patch
-        )
+        return await self._on_pod("annotate_pod", "PATCH", namespace, name, patch, STRATEGIC_PATCH)
 
     async def remove_finalizer(
         self, namespace: str, name: str, uid: str | None, finalizers: Sequence[str], drop: str
@@ -211,13 +234,9 @@ class Kube:
         if uid:
             ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
         # A failed test (the pod changed meanwhile) is a 422.
+        gone = (NOT_FOUND, CONFLICT, UNPROCESSABLE)
         return await self._on_pod(
-            "remove_finalizer",
-            self.core.patch_namespaced_pod,
-            name,
-            namespace,
-            ops,
-            gone=(NOT_FOUND, CONFLICT, UNPROCESSABLE),
+            "remove_finalizer", "PATCH", namespace, name, ops, JSON_PATCH, gone
         )
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
@@ -230,31 +249,14 @@ class Kube:
             raise
 
     async def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        await self._call(
-            "patch_status",
-            self.custom.patch_namespaced_custom_object_status,
-            c.GROUP,
-            c.VERSION,
-            namespace,
-            c.PLURAL,
-            name,
-            {"status": dict(status)},
-        )
+        path = _path(JOBS, name, namespace=namespace) + "/status"
+        await self._call("patch_status", "PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the DDPJob itself (TTL); its children follow by garbage collection."""
         body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
         try:
-            await self._call(
-                "delete_job",
-                self.custom.delete_namespaced_custom_object,
-                c.GROUP,
-                c.VERSION,
-                namespace,
-                c.PLURAL,
-                name,
-                body=body,
-            )
+            await self._call("delete_job", "DELETE", _path(JOBS, name, namespace=namespace), body)
         except ApiException as exc:
             if exc.status not in (NOT_FOUND, CONFLICT):
                 raise

@@ -24,6 +24,12 @@ class Memory:
         self.seen: set[tuple[str, int]] = set()
         self.evicted: dict[tuple[str, int], str] = {}
         self.removed: set[str] = set()
+        self.requested: dict[tuple[str, int], float] = {}  # created, not yet seen: since when
+
+    def unasked(self, keys: Mapping[int, tuple[str, int]], now: float, ttl: float) -> list[int]:
+        """The workers (index: (name, attempt)) that the loop did not create within ``ttl``
+        seconds before ``now``, or that a pass has seen since."""
+        return [i for i, k in keys.items() if now - self.requested.get(k, float("-inf")) >= ttl]
 
     @property
     def attempt(self) -> int:
@@ -48,7 +54,7 @@ class Memory:
         everything while suspended: those pods are deleted on purpose)."""
         own = list(own)
         if suspended:
-            self.seen, self.evicted = set(), {}
+            self.seen, self.evicted, self.requested = set(), {}, {}
             return
         # Kueue evicts a group whole: once one pod is stopped, every pod of the group is.
         why = next((p.stopped for p in own if p.stopped), None)
@@ -58,6 +64,10 @@ class Memory:
             self.evicted.update(((p.name, p.attempt), p.stopped or why) for p in own)
         earlier = {s for s in self.seen if s[1] >= attempt and s not in self.evicted}
         self.seen = live | earlier
+        present = {(p.name, p.attempt) for p in own}
+        self.requested = {
+            k: t for k, t in self.requested.items() if k[1] >= attempt and k not in present
+        }
 
     def deleting(self, pods: Iterable[WorkerPod]) -> None:
         """The loop is deleting these pods: their going is no failure."""
