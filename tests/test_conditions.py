@@ -52,3 +52,31 @@ def test_a_new_generation_is_not_progress() -> None:
     one = status_with(pods("Running", "Pending", "Pending", "Pending"))
     again = {**one, "observedGeneration": 2}
     assert not progress_only(one, again)
+
+
+def test_another_conditions_message_is_not_progress() -> None:
+    """Which pod a condition such as ContainersNotStarting names is news: written at once."""
+    old = {
+        "conditions": [
+            {
+                "type": "ContainersNotStarting",
+                "status": "True",
+                "reason": "X",
+                "message": "j-worker-1: cannot start",
+            }
+        ]
+    }
+    new = {"conditions": [{**old["conditions"][0], "message": "j-worker-0: cannot start"}]}
+    assert not progress_only(old, new)
+    counting = {
+        "conditions": [
+            {
+                "type": "Created",
+                "status": "False",
+                "reason": "Creating",
+                "message": "1 of 4 workers exist",
+            }
+        ]
+    }
+    more = {"conditions": [{**counting["conditions"][0], "message": "3 of 4 workers exist"}]}
+    assert progress_only(counting, more)

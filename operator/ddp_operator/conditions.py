@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from . import constants as c
+
 NORMAL = "Normal"
 WARNING = "Warning"
 
@@ -92,19 +94,22 @@ class Conditions:
             self.set(type_, False, reason, message, event)
 
 
-def _standing(conditions: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+PROGRESS_KEYS = frozenset({"workers", "conditions"})
+COUNTING = frozenset({c.COND_CREATED, c.COND_RUNNING})  # their messages count workers
+
+
+def _standing(conditions: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The conditions, less the messages of those that count workers."""
     return [
-        (cd.get("type"), cd.get("status"), cd.get("reason"), cd.get("observedGeneration"))
+        {k: v for k, v in cd.items() if k != "message" or cd.get("type") not in COUNTING}
         for cd in conditions
     ]
 
 
-PROGRESS_KEYS = frozenset({"workers", "conditions"})
-
-
 def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether ``new`` differs from ``old`` only in progress: the worker counts and conditions'
-    messages (as "12 of 512 workers exist"), every condition's status and reason unchanged."""
+    """Whether ``new`` differs from ``old`` only in progress: the worker counts and the messages
+    of the conditions that count them (as "12 of 512 workers exist"); any other change, such as
+    a condition's status, reason or another condition's message, is not."""
     changed = {k for k in new if old.get(k) != new[k]}
     return (
         bool(changed)
