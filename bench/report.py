@@ -134,7 +134,9 @@ def _versus(res: dict[str, Any], s: str, cost: bool = False) -> str:
             better, worse = ("cheaper", "costlier") if cost else ("faster", "slower")
             r = theirs / ours
             word, r = (better, r) if r >= 1 else (worse, 1 / r)
-            parts.append(f"{r:.1f}x {word} than {TITLES[peer]}")
+            # 1.05x, not "1.0x slower": a small gap keeps its sign and size
+            parts.append(f"{r:.2f}x {word}" if r < 1.1 else f"{r:.1f}x {word}")
+            parts[-1] += f" than {TITLES[peer]}"
     return "; ".join(parts)
 
 

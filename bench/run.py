@@ -97,7 +97,7 @@ def contender_runs(ct: Contender, sizes: dict[str, int], res: dict[str, Any]) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (22 min here)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 13 min here)")
     parser.add_argument(
         "--only",
         default=",".join(CONTENDERS),
