@@ -178,10 +178,9 @@ class JobRunner:
         self.memory.passed(plan.own, plan.attempt, job.suspend)
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-        if self.due is None:
-            return plan.requeue_after
-        hold = max(0.0, self.due - time.monotonic())
-        return hold if plan.requeue_after is None else min(plan.requeue_after, hold)
+        if self.due is not None:  # a held-back progress write
+            plan.recheck_in(max(0.0, self.due - time.monotonic()))
+        return plan.requeue_after
 
     async def execute(self, job: Any, plan: reconcile.Plan) -> None:
         """Carry out a plan. One that removes anything or starts a new attempt records its status
@@ -221,7 +220,7 @@ class JobRunner:
         keys = {i: (builders.worker_name(job, i), plan.attempt) for i in plan.create}
         wanted = self.memory.unasked(keys, now, REQUESTED_TTL)
         if len(wanted) < len(plan.create):
-            plan.requeue_after = min(plan.requeue_after or REQUESTED_TTL, REQUESTED_TTL)
+            plan.recheck_in(REQUESTED_TTL)
         if not wanted:
             return
         pods = [builders.build_worker_pod(job, i, plan.attempt) for i in wanted]
