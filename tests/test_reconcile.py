@@ -44,6 +44,14 @@ def test_new_job_creates_every_worker_and_sets_start_time() -> None:
     assert cond(p.status, "Created")["status"] == "False"
 
 
+def test_pods_seen_before_any_status_was_written_set_the_start_time() -> None:
+    # The status after creating pods waits for the watch to show them; an operator killed
+    # meanwhile leaves pods and no startTime, and the next pass (or operator) sets it.
+    p = plan(job(nodes=2, activeDeadlineSeconds=60), {}, pods(2, "Pending"), NOW)
+    assert p.create == [] and p.status["startTime"] == "2026-01-01T00:00:00Z"
+    assert p.requeue_after == 60
+
+
 def test_all_running_sets_created_and_running_with_events() -> None:
     j = job(nodes=2)
     _, st = advance(j, {}, [])

@@ -86,7 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         peering_name=args.peering,
         priority=args.priority,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(api_concurrency=args.api_concurrency, metrics_port=args.metrics_port),
+        memo=kopf.Memo(
+            api_concurrency=args.api_concurrency,
+            metrics_port=args.metrics_port,
+            clusterwide=args.all_namespaces,
+        ),
     )
     return 0
 

@@ -1,8 +1,8 @@
-"""kopf wiring, kept thin: watch DDPJobs and their pods, and hand them to the job loops.
+"""kopf wiring, kept thin: watch DDPJobs and hand them to the job loops.
 
-kopf indexes the worker pods (and waits for that index to be complete before any handler
-runs, so a restarted operator never mistakes an unseen pod for a lost one). No handler here
-writes anything: the per-job loops in ``runner`` do.
+The loops' pods come from ``podwatch`` (a list and a watch per namespace with jobs), not from
+kopf: kopf's handling of each pod event was most of the operator's CPU. No handler here writes
+anything: the per-job loops in ``runner`` do.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from . import constants as c
 from . import metrics
 from .kube import Kube, api_client
 from .registry import Runners
-from .workers import observe
 
 runners = Runners()
 
@@ -53,6 +52,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.client_timeout = 660
     concurrency = int(memo.get("api_concurrency", 32))
     runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
+    runners.clusterwide = bool(memo.get("clusterwide"))
     if memo.get("metrics_port"):
         metrics.serve(int(memo["metrics_port"]), runners.phases)
 
@@ -62,37 +62,11 @@ async def shutdown(**_: Any) -> None:
     await runners.close()
 
 
-# The pod handlers are coroutines, though they do no I/O: kopf runs a plain function in a
-# thread pool, which cost 6% of the operator's CPU at 512 pods (py-spy) and would call
-# the loops' asyncio.Event from outside the event loop.
-
-
-@kopf.index("pods", labels={c.LABEL_JOB: kopf.PRESENT})
-async def worker_pods(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> Any:
-    """Index of worker pods by (namespace, job name), as WorkerPod summaries."""
-    pod = observe(body)
-    return {(namespace, labels[c.LABEL_JOB]): pod} if pod else None
-
-
-@kopf.on.event("pods", labels={c.LABEL_JOB: kopf.PRESENT})
-async def pod_changed(
-    type: str | None, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any
-) -> None:
-    """A worker pod changed: wake its job's loop (telling it of a pod that is gone)."""
-    key = (namespace, labels[c.LABEL_JOB])
-    if type == "DELETED":
-        pod = observe(body)
-        if pod is not None:
-            runners.gone(key, pod)
-    runners.poke(key)
-
-
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
 async def job_changed(
-    type: str | None, body: kopf.Body, namespace: str, name: str, worker_pods: kopf.Index, **_: Any
+    type: str | None, body: kopf.Body, namespace: str, name: str, **_: Any
 ) -> None:
     """A DDPJob appeared, changed or was deleted: start, wake or stop its loop."""
-    runners.index = worker_pods
     key = (namespace, name)
     if type == "DELETED":
         await runners.forget(key)

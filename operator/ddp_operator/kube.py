@@ -1,4 +1,5 @@
-"""The operator's writes to the API server: the only module of the operator that does I/O.
+"""The operator's requests to the API server: with `kubewatch` (its watch of pods), the only
+module of the operator that does I/O.
 
 The official client's REST layer is synchronous; calls run in a bounded thread pool so that a
 job's pods are created concurrently without blocking kopf's event loop. Bodies go out and come
@@ -13,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -61,6 +62,11 @@ def _path(template: str, *name: str, **params: str) -> str:
     return path + "".join(f"/{quote(n, safe='')}" for n in name)
 
 
+def pods_path(namespace: str) -> str:
+    """The path of the pods of a namespace, or of every namespace's if it is empty."""
+    return _path(CORE, namespace=namespace, plural="pods") if namespace else "/api/v1/pods"
+
+
 class Kube:
     """Asynchronous facade over the official client's REST layer for the few calls the operator
     makes. It skips the generated API classes: their module costs 21 MB of memory to import and
@@ -70,18 +76,34 @@ class Kube:
         self.api = api
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kube")
 
+    def open(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = JSON,
+        query: str = "",
+        timeout: tuple[float, float] | None = None,
+    ) -> Any:
+        """Blocking: send one request; its response (RESTResponse) for the caller to read, or
+        ApiException for a status not 2xx. ``timeout``: (connect, read) seconds."""
+        headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = self.api.configuration.host + path + (f"?{query}" if query else "")
+        response = self.api.rest_client.request(
+            method, url, headers=headers, body=body, _request_timeout=timeout
+        )
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException(http_resp=response.response)
+        return response
+
     def _request(
         self, method: str, path: str, body: Any = None, content_type: str = JSON, query: str = ""
     ) -> bytes:
         """One blocking request; its response body, or ApiException for a status not 2xx."""
-        headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = self.api.configuration.host + path + (f"?{query}" if query else "")
-        response = self.api.rest_client.request(method, url, headers=headers, body=body)
-        data = response.read()  # read whole: the connection goes back to the pool
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response.response)
-        return data
+        # Read whole: the connection goes back to the pool.
+        return self.open(method, path, body, content_type, query).read()
 
     async def _call(
         self,
@@ -137,6 +159,20 @@ class Kube:
                 return False
             raise
         return True
+
+    async def list_pods(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """The pods matching the label ``selector`` in ``namespace`` (every namespace if empty),
+        read in pages, and the resource version to watch from."""
+        path = pods_path(namespace)
+        items: list[dict[str, Any]] = []
+        page = ""
+        while True:
+            query = urlencode({"labelSelector": selector, "limit": 500, "continue": page})
+            data = json.loads(await self._call("list_pods", "GET", path, query=query, expected=()))
+            items += data.get("items") or []
+            page = data["metadata"].get("continue") or ""
+            if not page:
+                return items, data["metadata"]["resourceVersion"]
 
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
         """Create a Service; False if one of that name exists already."""

@@ -205,7 +205,9 @@ def plan(
     conflict = obstacles.conflict(job, [p for p in foreign if p.name in missing])
     if conflict:
         blockers.append(conflict)
-    if result.create and new["startTime"] is None:
+    # Set by the pass that creates the pods, or that first sees them (its status is written
+    # once the watch shows them: that pass, or an operator that took over, may be the first).
+    if (result.create or current) and new["startTime"] is None:
         new["startTime"] = format_time(now)
         if job.active_deadline_seconds is not None:
             result.requeue_after = float(job.active_deadline_seconds)

@@ -1,12 +1,15 @@
 """The registry of the job loops (``runner.JobRunner``), one per DDPJob, that kopf's handlers
-feed: it starts, wakes and stops them."""
+feed: it starts, wakes and stops them, and follows the pods of the namespaces they are in
+(``podwatch``): all namespaces at once when the operator watches them all, else each namespace
+while it has a job."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .kube import Kube
+from .podwatch import PodIndex, PodWatch
 from .runner import JobRunner, Key
 from .workers import WorkerPod
 
@@ -16,12 +19,32 @@ class Runners:
 
     def __init__(self) -> None:
         self.kube: Kube | None = None
-        self.index: Mapping[Key, Iterable[WorkerPod]] = {}
+        self.clusterwide = False
+        self.index = PodIndex(self.poke, self.gone)
         self._runners: dict[Key, JobRunner] = {}
+        self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
 
-    def pods(self, key: Key) -> list[WorkerPod]:
-        """The job's pods as last observed."""
-        return list(self.index.get(key, ()))
+    async def pods(self, key: Key) -> list[WorkerPod]:
+        """The job's pods as last observed, once its namespace's pods have been listed."""
+        scope = "" if self.clusterwide else key[0]
+        watch = self._watches.get(scope)
+        if watch is None:
+            assert self.kube is not None, "Runners.kube is set at operator start-up"
+            watch = self._watches[scope] = PodWatch(self.kube, scope, self.index)
+        await watch.ready()
+        return self.index.get(key)
+
+    def _unwatch(self, namespace: str) -> None:
+        """Stop following a namespace's pods once it has no job loop left."""
+        if self.clusterwide or any(key[0] == namespace for key in self._runners):
+            return
+        watch = self._watches.pop(namespace, None)
+        if watch is not None:
+            watch.stop()
+            for key in [k for k in self.index.by_job if k[0] == namespace]:
+                for uid in list(self.index.by_job.get(key, {})):
+                    self.index.where.pop(uid, None)
+                self.index.by_job.pop(key, None)
 
     def phases(self) -> list[str]:
         """The status phase of every tracked job (for the jobs-by-phase gauge)."""
@@ -43,6 +66,7 @@ class Runners:
         """A loop ended by itself (its job is gone): forget it, unless replaced already."""
         if self._runners.get(key) is runner:
             del self._runners[key]
+            self._unwatch(key[0])
 
     def gone(self, key: Key, pod: WorkerPod) -> None:
         """A pod of the job was deleted."""
@@ -61,8 +85,12 @@ class Runners:
         runner = self._runners.pop(key, None)
         if runner is not None:
             await runner.deleted()
+            self._unwatch(key[0])
 
     async def close(self) -> None:
         for key in list(self._runners):
             runner = self._runners.pop(key)
             await runner.stop()
+        for watch in self._watches.values():
+            watch.stop()
+        self._watches.clear()

@@ -1,7 +1,7 @@
 """One reconcile loop per DDPJob: wakes on any change of the job or its pods, plans, executes.
 
 Events for a job and its pods only set a flag; the loop coalesces a burst of them into one
-pass. Each pass reads the job and its pods from memory (kopf's watch-fed index), asks the pure
+pass. Each pass reads the job and its pods from memory (the watch-fed index), asks the pure
 planner what to do, then writes (see ``JobRunner.execute`` for the order). The loop remembers
 the status it wrote last, so a pass that runs before the watch echoes that write back still
 sees it.
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[str, str]
-PodSource = Callable[[Key], Iterable[WorkerPod]]
+PodSource = Callable[[Key], Awaitable[list[WorkerPod]]]
 
 SETTLE_SECONDS = 0.1  # lets a burst of pod events land before a pass
 MAX_BACKOFF = 60.0
@@ -94,7 +94,7 @@ class JobRunner:
         Kueue lets them go with the group."""
         await self.stop()
         uid = (self.body.get("metadata") or {}).get("uid")
-        await kueue_steps.mark_left_behind(self.kube, *self.key, uid, self.pods(self.key))
+        await kueue_steps.mark_left_behind(self.kube, *self.key, uid, await self.pods(self.key))
 
     async def _loop(self) -> None:
         failures = 0
@@ -131,13 +131,8 @@ class JobRunner:
     async def report(self, exc: Exception, backoff: float) -> None:
         """Put a failed pass on the job: Failed if permanent, else the Blocked condition."""
         self.failure = failure = classify(exc)
-        log.warning(
-            "ddpjob %s/%s: %s: %s; retry in %.1fs",
-            *self.key,
-            failure.reason,
-            failure.message,
-            backoff,
-        )
+        why = f"{failure.reason}: {failure.message}"
+        log.warning("ddpjob %s/%s: %s; retry in %.1fs", *self.key, why, backoff)
         body = self.body
         now, generation = datetime.now(UTC), (body.get("metadata") or {}).get("generation", 0)
         try:
@@ -146,14 +141,13 @@ class JobRunner:
             except SpecError:
                 plan = reconcile.rejected(self.status, failure, now, generation)
             else:
-                pods = self.pods(self.key)
+                pods = await self.pods(self.key)
                 seen, evicted = self.memory.seen, self.memory.evicted
                 plan = reconcile.plan(
                     job, self.status, pods, now, generation, failure, seen, evicted
                 )
                 # Only the report; the actions are retried by the next pass.
-                plan.create, plan.delete, plan.force_delete = [], [], []
-                plan.delete_job = False
+                plan.create, plan.delete, plan.force_delete, plan.delete_job = [], [], [], False
             await self.record(plan)
         except JobGone:
             raise
@@ -168,7 +162,7 @@ class JobRunner:
         if meta.get("deletionTimestamp"):
             return None  # garbage collection removes the children
         job = resolve(body)
-        pods = self.pods(self.key)
+        pods = await self.pods(self.key)
         now, generation = datetime.now(UTC), meta.get("generation", 0)
         seen, evicted = self.memory.seen, self.memory.evicted
         told = await kueue_steps.holdup(self.kube, job, pods)
@@ -186,7 +180,7 @@ class JobRunner:
         """Carry out a plan. One that removes anything or starts a new attempt records its status
         (and Events) first, so that a crash half-way can never make its own deletions look like
         failures; one that only creates pods creates them first and records the status after,
-        which spares a write before the pods exist. A failing step raises ``StepFailed``."""
+        which spares a write before the watch shows them. A failing step raises ``StepFailed``."""
         record_first = bool(plan.delete) or plan.delete_job or plan.attempt != self.attempt
         if record_first:
             await self.record(plan)
@@ -204,14 +198,13 @@ class JobRunner:
                 )
                 for p, force in removals
             )
-        if plan.create:
-            await self.create(job, plan)
+        created = bool(plan.create) and await self.create(job, plan)
         if not record_first:
-            await self.record(plan)
+            await self.record(plan, created)
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
 
-    async def create(self, job: Any, plan: reconcile.Plan) -> None:
+    async def create(self, job: Any, plan: reconcile.Plan) -> bool:
         """Create the plan's workers (and the Service they need), never reusing what is not the
         job's. A fresh group is first checked by a server-side dry run of one pod, so a template
         the API server refuses fails the job before any pod exists. A pod created lately is not
@@ -222,7 +215,7 @@ class JobRunner:
         if len(wanted) < len(plan.create):
             plan.recheck_in(REQUESTED_TTL)
         if not wanted:
-            return
+            return False
         pods = [builders.build_worker_pod(job, i, plan.attempt) for i in wanted]
         if len(wanted) == job.nodes:
             await step(
@@ -238,10 +231,12 @@ class JobRunner:
         )
         metrics.PODS_CREATED.inc(sum(created))
         done = [keys[i] for i, ok in zip(wanted, created, strict=True) if ok]
-        self.memory.requested.update(dict.fromkeys(done, now))
+        # From now: under load, the requests may have waited longer than the TTL.
+        self.memory.requested.update(dict.fromkeys(done, time.monotonic()))
         for pod, ok in zip(pods, created, strict=True):
             if not ok:  # a pod of that name exists: ours (the watch lags) or someone else's
                 await self.check_owner(job, "Pod", pod["metadata"]["name"])
+        return any(created)
 
     async def create_gang(self, job: JobSpec, pod: Mapping[str, Any]) -> None:
         """Create (or find, the job's) the gang's group objects, before any pod of the group:
@@ -280,16 +275,22 @@ class JobRunner:
     def attempt(self) -> int:
         return self.memory.attempt
 
-    async def record(self, plan: reconcile.Plan) -> None:
-        """Write what changed in the status, then post the plan's Events."""
+    async def record(self, plan: reconcile.Plan, created: bool = False) -> None:
+        """Write what changed in the status, then post the plan's Events. Progress waits until
+        PROGRESS_INTERVAL after the last write, and so does a status without Events that
+        follows new pods (``created``): the watch shows them within it, and the next pass
+        writes a status that counts them; either way a timed pass writes it."""
         if plan.attempt > self.attempt:
             metrics.GROUP_RESTARTS.inc()
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
         now = time.monotonic()
+        hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written
+        if progress_only(self.status, plan.status):
+            hold = max(hold, self.written + PROGRESS_INTERVAL)
         if not changed:
             self.due = None
-        elif progress_only(self.status, plan.status) and now < self.written + PROGRESS_INTERVAL:
-            self.due = self.written + PROGRESS_INTERVAL  # a pass then writes the latest counts
+        elif now < hold:
+            self.due = hold  # a pass then writes the latest status
         else:
             await self.kube.patch_status(*self.key, changed)
             self.status.update(plan.status)

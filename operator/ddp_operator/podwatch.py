@@ -1,0 +1,184 @@
+"""The worker pods the operator sees, by job: a list, then a watch, of the pods with the
+operator's job label, in one namespace (or in all).
+
+The operator once had kopf index these pods; kopf's handling of each event (its causes,
+per-object memory, loggers and handler machinery, twice per event: index and event handler)
+was most of the operator's CPU when pods came up (bench/README.md). This is the informer
+pattern instead: list, watch from the list's version, list again when that version is too old.
+A job loop waits until its scope's first list is in (``ready``), so a restarted operator never
+mistakes an unseen pod for a lost one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from . import constants as c
+from .failures import api_message
+from .kube import Kube
+from .kubewatch import WatchExpired, watch_pods
+from .workers import WorkerPod, observe
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+MAX_BACKOFF = 30.0
+
+
+class PodIndex:
+    """Worker pods by (namespace, job name), kept from watch events; it tells ``changed`` of
+    every job whose pods changed, and ``gone`` of every pod that went (its last state)."""
+
+    def __init__(
+        self, changed: Callable[[Key], None], gone: Callable[[Key, WorkerPod], None]
+    ) -> None:
+        self.changed, self.gone = changed, gone
+        self.by_job: dict[Key, dict[str, WorkerPod]] = {}
+        self.where: dict[str, Key] = {}  # pod UID -> its job's key
+
+    def get(self, key: Key) -> list[WorkerPod]:
+        """The job's pods as last observed."""
+        return list(self.by_job.get(key, {}).values())
+
+    def _drop(self, uid: str) -> tuple[Key, WorkerPod] | None:
+        key = self.where.pop(uid, None)
+        if key is None:
+            return None
+        pods = self.by_job[key]
+        pod = pods.pop(uid)
+        if not pods:
+            del self.by_job[key]
+        return key, pod
+
+    def apply(self, events: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Take watch events (type, pod): ADDED, MODIFIED or DELETED."""
+        for kind, body in events:
+            meta = body.get("metadata") or {}
+            uid = meta.get("uid") or ""
+            before = self._drop(uid)
+            job = (meta.get("labels") or {}).get(c.LABEL_JOB)
+            key = (meta.get("namespace") or "", job or "")
+            pod = observe(body) if job else None
+            if kind == "DELETED":
+                if pod is None and before is not None:  # its labels were taken off
+                    key, pod = before
+                if pod is not None:
+                    self.gone(key, pod)
+            elif pod is not None:
+                self.by_job.setdefault(key, {})[uid] = pod
+                self.where[uid] = key
+            if before is not None and before[0] != key:
+                self.changed(before[0])
+            if key[1]:
+                self.changed(key)
+
+    def replace(self, namespace: str, items: list[Mapping[str, Any]]) -> None:
+        """Take a full list of a namespace's pods (every namespace's if empty): a pod no
+        longer listed went while the watch was not following."""
+        listed = {(p.get("metadata") or {}).get("uid") for p in items}
+        known = [u for u, k in self.where.items() if not namespace or k[0] == namespace]
+        for uid in [u for u in known if u not in listed]:
+            if dropped := self._drop(uid):
+                self.gone(*dropped)
+                self.changed(dropped[0])
+        self.apply(("ADDED", p) for p in items)
+
+
+class PodWatch:
+    """A PodIndex kept current by a list and a watch in a thread of its own."""
+
+    def __init__(self, kube: Kube, namespace: str, index: PodIndex) -> None:
+        self.kube, self.namespace, self.index = kube, namespace, index
+        self.listed = asyncio.Event()
+        self.stopped = threading.Event()
+        self.response: Any = None  # the open watch's, to end it at once on stop()
+        self.task = asyncio.create_task(self._follow(), name=f"pods/{namespace or '*'}")
+
+    async def ready(self) -> None:
+        """Return once the first list is in."""
+        await self.listed.wait()
+
+    async def _follow(self) -> None:
+        loop = asyncio.get_running_loop()
+        where = f"namespace {self.namespace}" if self.namespace else "all namespaces"
+
+        def deliver(events: list[Any]) -> None:  # in the watch's thread
+            if not self.stopped.is_set():
+                _call_soon(loop, self.index.apply, events)
+
+        def opened(response: Any) -> None:  # in the watch's thread
+            self.response = response
+            if self.stopped.is_set():
+                _end(response)
+
+        version, failures = "", 0
+        while True:
+            try:
+                if not version:
+                    items, version = await self.kube.list_pods(self.namespace, c.LABEL_JOB)
+                    self.index.replace(self.namespace, items)
+                    self.listed.set()
+                version = await _in_thread(
+                    watch_pods, self.kube, self.namespace, c.LABEL_JOB, version, deliver, opened
+                )
+                failures = 0
+            except WatchExpired:
+                version = ""
+            except Exception as exc:  # retried with backoff, never ends
+                failures += 1
+                backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
+                log.warning(
+                    "watching pods in %s: %s; again in %.1fs", where, api_message(exc), backoff
+                )
+                await asyncio.sleep(backoff)
+
+    def stop(self) -> None:
+        """Stop following: the watch is ended, and any event still under way dropped."""
+        self.stopped.set()
+        self.task.cancel()
+        if self.response is not None:
+            _end(self.response)
+
+
+async def _in_thread(func: Callable[..., str], *args: Any) -> str:
+    """Run a blocking call in a daemon thread of its own (a watch may outlive the task that
+    awaits it: a pool's thread would hold up the process's exit)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str] = loop.create_future()
+
+    def settle(result: str | None, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result or "")
+
+    def run() -> None:
+        try:
+            result = func(*args)
+        except BaseException as exc:
+            _call_soon(loop, settle, None, exc)
+        else:
+            _call_soon(loop, settle, result, None)
+
+    threading.Thread(target=run, name="pod-watch", daemon=True).start()
+    return await done
+
+
+def _end(response: Any) -> None:
+    """End a watch's response from another thread (urllib3 2.3+); if it cannot, the watch ends
+    by itself within WATCH_SECONDS, its events dropped."""
+    with contextlib.suppress(Exception):
+        response.shutdown()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, func: Callable[..., None], *args: Any) -> None:
+    """Hand a call to the loop from another thread; nothing if the loop is closed (exiting)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(func, *args)
