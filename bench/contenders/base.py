@@ -9,8 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster import Cluster, unless
+from kubernetes.client.exceptions import ApiException
+
+from cluster import Cluster, log, unless
 from podwatch import PodWatch
+
+TIMEOUT = 504
 
 
 def drain(response: Any) -> None:
@@ -69,7 +73,16 @@ class Contender:
                 group, version, ns, plural, limit=1
             )["items"]
             self.cluster.wait_gone(ns, lambda: bool(left()))
-        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        # Deleting 2048 pods of 58 KB (S5) can outlast the API server's 60 s request timeout
+        # (504): it asks again for what is left, three times at most, then fails the run.
+        for tries_left in (2, 1, 0):
+            try:
+                core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+                break
+            except ApiException as exc:
+                if exc.status != TIMEOUT or not tries_left:
+                    raise
+                log(f"deleting the pods of {ns}: the API server timed out (504); asking again")
         self.cluster.wait_gone(ns)
         for svc in core.list_namespaced_service(ns).items:
             with unless(404):  # the garbage collector may be first
