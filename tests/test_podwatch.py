@@ -138,4 +138,4 @@ async def _follow(cluster: Cluster, ns: str) -> None:
     )
     # The API server keeps events for a while only: a version too old must be listed anew.
     with pytest.raises(WatchExpired):
-        await asyncio.to_thread(watch_pods, kube, ns, c.LABEL_JOB, "1", lambda _: None)
+        await asyncio.to_thread(watch_pods, kube, ns, c.LABEL_JOB, "1", lambda *_: None)

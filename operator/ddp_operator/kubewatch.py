@@ -25,13 +25,14 @@ def watch_pods(
     namespace: str,
     selector: str,
     version: str,
-    deliver: Callable[[list[Any]], None],
+    deliver: Callable[[list[Any], str], None],
     opened: Callable[[Any], None] = lambda _: None,
 ) -> str:
     """Blocking: follow the events of the pods matching the label ``selector`` in ``namespace``
     (every namespace if empty) after ``version``, handing each chunk's events to ``deliver`` as
-    (type, object) pairs, until the API server ends the watch; returns the version to resume
-    from. WatchExpired if that version is too old. ``opened`` gets the response, whose
+    (type, object) pairs, with the version to resume from after them (a bookmark's alone moves
+    it), until the API server ends the watch; returns that version. WatchExpired if the version
+    asked for is too old. ``opened`` gets the response, whose
     ``shutdown()`` ends the watch from another thread."""
     query = urlencode(
         {
@@ -55,7 +56,7 @@ def watch_pods(
     try:
         for chunk in response.stream(2**16, decode_content=True):
             *lines, rest = (rest + chunk).split(b"\n")
-            events = []
+            events, was = [], version
             for event in map(json.loads, filter(None, lines)):
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
@@ -65,8 +66,8 @@ def watch_pods(
                 version = obj["metadata"]["resourceVersion"]
                 if event["type"] != "BOOKMARK":
                     events.append((event["type"], obj))
-            if events:
-                deliver(events)
+            if events or version != was:
+                deliver(events, version)
     finally:
         response.release_conn()
     return version

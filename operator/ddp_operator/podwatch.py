@@ -97,6 +97,7 @@ class PodWatch:
         self.listed = asyncio.Event()
         self.stopped = threading.Event()
         self.response: Any = None  # the open watch's, to end it at once on stop()
+        self.version = ""  # the resource version to watch from; "" to list first
         self.task = asyncio.create_task(self._follow(), name=f"pods/{namespace or '*'}")
 
     async def ready(self) -> None:
@@ -107,8 +108,9 @@ class PodWatch:
         loop = asyncio.get_running_loop()
         where = f"namespace {self.namespace}" if self.namespace else "all namespaces"
 
-        def deliver(events: list[Any]) -> None:  # in the watch's thread
-            if not self.stopped.is_set():
+        def deliver(events: list[Any], version: str) -> None:  # in the watch's thread
+            self.version = version  # read by the loop after these events are applied
+            if events and not self.stopped.is_set():
                 _call_soon(loop, self.index.apply, events)
 
         def opened(response: Any) -> None:  # in the watch's thread
@@ -116,20 +118,26 @@ class PodWatch:
             if self.stopped.is_set():
                 _end(response)
 
-        version, failures = "", 0
+        failures = 0
         while True:
             try:
-                if not version:
-                    items, version = await self.kube.list_pods(self.namespace, c.LABEL_JOB)
+                if not self.version:
+                    items, self.version = await self.kube.list_pods(self.namespace, c.LABEL_JOB)
                     self.index.replace(self.namespace, items)
                     self.listed.set()
-                version = await _in_thread(
-                    watch_pods, self.kube, self.namespace, c.LABEL_JOB, version, deliver, opened
+                await _in_thread(
+                    watch_pods,
+                    self.kube,
+                    self.namespace,
+                    c.LABEL_JOB,
+                    self.version,
+                    deliver,
+                    opened,
                 )
                 failures = 0
             except WatchExpired:
-                version = ""
-            except Exception as exc:  # retried with backoff, never ends
+                self.version = ""
+            except Exception as exc:  # resumed after the last event taken, with backoff
                 failures += 1
                 backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
                 log.warning(
