@@ -77,12 +77,20 @@ class PodIndex:
             if key[1]:
                 self.changed(key)
 
+    def _uids(self, namespace: str) -> list[str]:
+        """The UIDs of the pods kept in ``namespace`` (in every namespace if empty)."""
+        return [u for u, k in self.where.items() if not namespace or k[0] == namespace]
+
+    def forget(self, namespace: str) -> None:
+        """Drop a namespace's pods, telling no one: no job there is followed any more."""
+        for uid in self._uids(namespace):
+            self._drop(uid)
+
     def replace(self, namespace: str, items: list[Mapping[str, Any]]) -> None:
         """Take a full list of a namespace's pods (every namespace's if empty): a pod no
         longer listed went while the watch was not following."""
         listed = {(p.get("metadata") or {}).get("uid") for p in items}
-        known = [u for u, k in self.where.items() if not namespace or k[0] == namespace]
-        for uid in [u for u in known if u not in listed]:
+        for uid in [u for u in self._uids(namespace) if u not in listed]:
             if dropped := self._drop(uid):
                 self.gone(*dropped)
                 self.changed(dropped[0])

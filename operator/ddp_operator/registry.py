@@ -41,10 +41,7 @@ class Runners:
         watch = self._watches.pop(namespace, None)
         if watch is not None:
             watch.stop()
-            for key in [k for k in self.index.by_job if k[0] == namespace]:
-                for uid in list(self.index.by_job.get(key, {})):
-                    self.index.where.pop(uid, None)
-                self.index.by_job.pop(key, None)
+            self.index.forget(namespace)
 
     def phases(self) -> list[str]:
         """The status phase of every tracked job (for the jobs-by-phase gauge)."""
