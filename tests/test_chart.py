@@ -233,3 +233,48 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
         op.stop()
     log = op.output()
     assert "403" not in log and "Forbidden" not in log, log
+
+
+@pytest.mark.cluster
+def test_pods_it_may_not_list_block_the_job_saying_why_until_it_may(
+    cluster: Cluster, namespace: str, installed: tuple[str, str], tmp_path: Path
+) -> None:
+    """The operator's Role loses list and watch on pods (an admin's mistake): the job says so
+    (Blocked, the API's message, an Event), creates nothing, and goes on once the Role is
+    mended."""
+    system, sa = installed
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    role = rbac.read_namespaced_role(sa, namespace)
+    whole = cluster.api.sanitize_for_serialization(role.rules)
+    cut = [
+        {**r, "verbs": [v for v in r["verbs"] if v not in ("list", "watch")]}
+        if r["resources"] == ["pods"]
+        else r
+        for r in whole
+    ]
+    rbac.patch_namespaced_role(sa, namespace, {"rules": cut})
+    kubeconfig = _sa_kubeconfig(cluster, system, sa, tmp_path / "sa.kubeconfig")
+    op = OperatorProcess(Cluster(kubeconfig, cluster.local, False, cluster.api), namespace).start()
+    try:
+        op.wait_ready()
+        jobs.apply(cluster, ddpjob("unseen", namespace, nodes=2))
+        job = jobs.wait_condition(cluster, namespace, "unseen", "Blocked")
+        blocked = jobs.condition(job, "Blocked")
+        assert blocked["reason"] == "Forbidden", blocked
+        assert blocked["message"].startswith(f"listing the pods in namespace {namespace}: "), (
+            blocked
+        )
+        assert "cannot list resource" in blocked["message"], blocked
+        wait_for(
+            lambda: any(
+                e["reason"] == "Forbidden" for e in jobs.events(cluster, namespace, "unseen")
+            ),
+            timeout=30,
+            what="the Forbidden event",
+        )
+        assert not cluster.core.list_namespaced_pod(namespace).items  # nothing acted on unseen
+        rbac.patch_namespaced_role(sa, namespace, {"rules": whole})
+        wait_running(cluster, namespace, "unseen", 2)
+        jobs.wait_condition(cluster, namespace, "unseen", "Blocked", "False")
+    finally:
+        op.stop()

@@ -9,8 +9,11 @@ import threading
 from typing import Any
 
 import pytest
+from kubernetes import client
+from urllib3.exceptions import ProtocolError
 
 from ddp_operator import constants as c
+from ddp_operator.failures import PodsUnseen, classify
 from ddp_operator.kube import Kube
 from ddp_operator.kubewatch import WatchExpired, watch_pods
 from ddp_operator.podwatch import PodIndex, PodWatch
@@ -97,6 +100,28 @@ def test_a_pod_without_the_worker_labels_is_left_out() -> None:
     assert s.index.by_job == {} and s.gone == []
 
 
+def test_pods_that_cannot_be_listed_make_ready_raise_why() -> None:
+    """Nothing listens at the API server's address: the jobs waiting for the first list are
+    told why (and classify it), rather than waiting for ever."""
+
+    async def main() -> BaseException:
+        config = client.Configuration()
+        config.host = "http://127.0.0.1:9"  # loopback, nothing listening
+        watch = PodWatch(Kube(client.ApiClient(config)), "ns", Seen().index)
+        try:
+            with pytest.raises(PodsUnseen) as raised:
+                await asyncio.wait_for(watch.ready(), timeout=60)
+            with pytest.raises(PodsUnseen):  # and again, for each pass that asks
+                await watch.ready()
+            return raised.value
+        finally:
+            watch.stop()
+
+    failure = classify(asyncio.run(main()))
+    assert failure.reason == "APIUnavailable", failure
+    assert failure.message.startswith("listing the pods in namespace ns: "), failure
+
+
 @pytest.mark.cluster
 def test_the_watch_follows_the_api_server_and_lists_again_when_too_far_behind(
     cluster: Cluster, namespace: str
@@ -136,6 +161,21 @@ async def _follow(cluster: Cluster, ns: str) -> None:
     await _until(
         lambda: not any(t.name == "pod-watch" for t in threading.enumerate()), "the thread to end"
     )
-    # The API server keeps events for a while only: a version too old must be listed anew.
-    with pytest.raises(WatchExpired):
-        await asyncio.to_thread(watch_pods, kube, ns, c.LABEL_JOB, "1", lambda *_: None)
+    # The API server keeps events for a while only: a version it no longer has must be listed
+    # anew (410). A young watch cache that has dropped no event yet (a cluster just started)
+    # replays the current pods instead: then the watch must have delivered them.
+    got: list[Any] = []
+
+    def opened(response: Any) -> None:  # a replaying watch is ended after 3 s
+        threading.Timer(3, response.shutdown).start()
+
+    def deliver(events: list[Any], _: str) -> None:
+        got.extend(events)
+
+    try:
+        await asyncio.to_thread(watch_pods, kube, ns, c.LABEL_JOB, "1", deliver, opened)
+    except WatchExpired:
+        return
+    except ProtocolError:  # ended by the timer
+        pass
+    assert ("ADDED", "j-worker-0") in [(k, b["metadata"]["name"]) for k, b in got], got

@@ -9,7 +9,7 @@ from ddp_operator import builders
 from ddp_operator.conditions import is_true
 from ddp_operator.failures import Failure
 from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import plan
+from ddp_operator.reconcile import blocked, plan
 from ddp_operator.workers import WorkerPod, observe
 
 from jobs import ddpjob
@@ -389,3 +389,15 @@ def test_a_worker_seen_and_gone_before_the_group_was_complete_is_a_failure() -> 
     assert "j-worker-0 was deleted" in cond(p.status, "Restarting")["message"]
     p = plan(j, st, [], NOW, generation=1, seen={("j-worker-0", 1)})  # another attempt's
     assert p.create == [0, 1] and p.status["restarts"] == 0
+
+
+def test_a_job_whose_pods_cannot_be_seen_is_blocked_saying_why_and_nothing_else() -> None:
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))  # Running
+    unseen = Failure(False, "Forbidden", "listing the pods in namespace ns: forbidden")
+    p = blocked(st, unseen, NOW, 1)
+    assert p.status["phase"] == "Running" and set(p.status) == {"conditions", "phase"}
+    assert cond(p.status, "Blocked")["message"] == unseen.message
+    assert [e.reason for e in p.events] == ["Forbidden"] and not p.create
+    _, done = advance(j, st, pods(2, "Succeeded"))
+    assert blocked(done, unseen, NOW, 1).status == {}  # a finished job stays as it is

@@ -50,6 +50,11 @@ class StepFailed(Exception):
         self.cause = cause
 
 
+class PodsUnseen(StepFailed):
+    """The operator cannot see the pods of the job's namespace (listing them fails, or watching
+    them keeps failing): the job is Blocked, and nothing is done for it until they are seen."""
+
+
 def api_message(exc: BaseException) -> str:
     """The API server's own message of an ApiException (field paths included), else the text."""
     body = getattr(exc, "body", None)

@@ -6,7 +6,7 @@ per-object memory, loggers and handler machinery, twice per event: index and eve
 was most of the operator's CPU when pods came up (bench/README.md). This is the informer
 pattern instead: list, watch from the list's version, list again when that version is too old.
 A job loop waits until its scope's first list is in (``ready``), so a restarted operator never
-mistakes an unseen pod for a lost one.
+mistakes an unseen pod for a lost one; while the pods cannot be seen, ``ready`` raises why.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import constants as c
-from .failures import api_message
+from .failures import PodsUnseen, api_message
 from .kube import Kube
 from .kubewatch import WatchExpired, watch_pods
 from .workers import WorkerPod, observe
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 MAX_BACKOFF = 30.0
+UNSEEN_AFTER = 3  # failed watches in a row after which the jobs are told they are not seen
 
 
 class PodIndex:
@@ -98,19 +99,40 @@ class PodIndex:
 
 
 class PodWatch:
-    """A PodIndex kept current by a list and a watch in a thread of its own."""
+    """A PodIndex kept current by a list and a watch in a thread of its own. While the pods
+    cannot be seen (the first list fails, or the watch fails UNSEEN_AFTER times in a row),
+    ``ready`` raises why, for the jobs to show; ``recovered`` is told when they are seen again."""
 
-    def __init__(self, kube: Kube, namespace: str, index: PodIndex) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        index: PodIndex,
+        recovered: Callable[[str], None] = lambda namespace: None,
+    ) -> None:
         self.kube, self.namespace, self.index = kube, namespace, index
-        self.listed = asyncio.Event()
+        self.recovered = recovered
+        self.tried = asyncio.Event()  # the first list was tried
+        self.unseen: tuple[str, BaseException] | None = None  # (the step, its error)
+        self.failures = 0  # in a row
         self.stopped = threading.Event()
         self.response: Any = None  # the open watch's, to end it at once on stop()
         self.version = ""  # the resource version to watch from; "" to list first
         self.task = asyncio.create_task(self._follow(), name=f"pods/{namespace or '*'}")
 
     async def ready(self) -> None:
-        """Return once the first list is in."""
-        await self.listed.wait()
+        """Return once the first list is in; raise PodsUnseen while the pods cannot be seen."""
+        await self.tried.wait()
+        if self.unseen is not None:
+            raise PodsUnseen(*self.unseen)
+
+    def _seen(self) -> None:
+        """The pods are listed, or a watch opened: they can be seen."""
+        self.tried.set()
+        self.failures = 0
+        if self.unseen is not None:
+            self.unseen = None
+            self.recovered(self.namespace)
 
     async def _follow(self) -> None:
         loop = asyncio.get_running_loop()
@@ -125,14 +147,16 @@ class PodWatch:
             self.response = response
             if self.stopped.is_set():
                 _end(response)
+            else:
+                _call_soon(loop, self._seen)
 
-        failures = 0
         while True:
+            listing = not self.version
             try:
-                if not self.version:
+                if listing:
                     items, self.version = await self.kube.list_pods(self.namespace, c.LABEL_JOB)
                     self.index.replace(self.namespace, items)
-                    self.listed.set()
+                    self._seen()
                 await _in_thread(
                     watch_pods,
                     self.kube,
@@ -142,15 +166,16 @@ class PodWatch:
                     deliver,
                     opened,
                 )
-                failures = 0
             except WatchExpired:
                 self.version = ""
             except Exception as exc:  # resumed after the last event taken, with backoff
-                failures += 1
-                backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
-                log.warning(
-                    "watching pods in %s: %s; again in %.1fs", where, api_message(exc), backoff
-                )
+                self.failures += 1
+                step = f"{'listing' if listing else 'watching'} the pods in {where}"
+                if not self.tried.is_set() or self.unseen or self.failures >= UNSEEN_AFTER:
+                    self.unseen = (step, exc)
+                    self.tried.set()
+                backoff = min(MAX_BACKOFF, 0.5 * 2**self.failures)
+                log.warning("%s: %s; again in %.1fs", step, api_message(exc), backoff)
                 await asyncio.sleep(backoff)
 
     def stop(self) -> None:

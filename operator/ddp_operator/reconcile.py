@@ -264,6 +264,18 @@ def rejected(
     return Plan(status=new, events=conds.events)
 
 
+def blocked(
+    status: Mapping[str, Any], failure: Failure, now: datetime, generation: int = 0
+) -> Plan:
+    """The status of a job that cannot be planned (its pods cannot be seen): Blocked, saying
+    why, and nothing else changed; a finished job stays as it is."""
+    conds = Conditions(status.get("conditions") or [], now, generation)
+    if conds.true(c.COND_SUCCEEDED) or conds.true(c.COND_FAILED):
+        return Plan(status={})
+    conds.set(c.COND_BLOCKED, True, failure.reason, failure.message, WARNING)
+    return Plan(status={"conditions": conds.items, "phase": _phase(conds)}, events=conds.events)
+
+
 def _phase(conds: Conditions) -> str:
     for type_, phase in (
         (c.COND_FAILED, "Failed"),

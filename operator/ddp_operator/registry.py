@@ -30,9 +30,16 @@ class Runners:
         watch = self._watches.get(scope)
         if watch is None:
             assert self.kube is not None, "Runners.kube is set at operator start-up"
-            watch = self._watches[scope] = PodWatch(self.kube, scope, self.index)
+            watch = PodWatch(self.kube, scope, self.index, self._seen_again)
+            self._watches[scope] = watch
         await watch.ready()
         return self.index.get(key)
+
+    def _seen_again(self, namespace: str) -> None:
+        """The pods of a namespace (every one if empty) are seen again: their jobs retry now."""
+        for key, runner in self._runners.items():
+            if not namespace or key[0] == namespace:
+                runner.poke()
 
     def _unwatch(self, namespace: str) -> None:
         """Stop following a namespace's pods once it has no job loop left."""

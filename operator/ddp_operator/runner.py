@@ -15,29 +15,21 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import kopf
 
-from . import builders, gang, kueue_steps, metrics, obstacles, reconcile
+from . import builders, claims, kueue_steps, metrics, reconcile
 from .conditions import progress_only
-from .failures import (
-    Failure,
-    GangUnavailable,
-    NameConflict,
-    StepFailed,
-    api_message,
-    classify,
-)
-from .jobspec import JobSpec, SpecError, resolve
-from .kube import JobGone, Kube, NotServed
+from .failures import Failure, PodsUnseen, api_message, classify
+from .jobspec import SpecError, resolve
+from .kube import JobGone, Kube
 from .memory import Memory
 from .steps import all_steps, step
-from .workers import WorkerPod, controller
+from .workers import WorkerPod
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 Key = tuple[str, str]
 PodSource = Callable[[Key], Awaitable[list[WorkerPod]]]
 
@@ -94,7 +86,12 @@ class JobRunner:
         Kueue lets them go with the group."""
         await self.stop()
         uid = (self.body.get("metadata") or {}).get("uid")
-        await kueue_steps.mark_left_behind(self.kube, *self.key, uid, await self.pods(self.key))
+        try:
+            pods = await self.pods(self.key)
+        except PodsUnseen as exc:  # the job is gone: only the log can tell
+            log.warning("ddpjob %s/%s deleted; its pods are not marked: %s", *self.key, exc)
+            return
+        await kueue_steps.mark_left_behind(self.kube, *self.key, uid, pods)
 
     async def _loop(self) -> None:
         failures = 0
@@ -133,15 +130,17 @@ class JobRunner:
         self.failure = failure = classify(exc)
         why = f"{failure.reason}: {failure.message}"
         log.warning("ddpjob %s/%s: %s; retry in %.1fs", *self.key, why, backoff)
-        body = self.body
-        now, generation = datetime.now(UTC), (body.get("metadata") or {}).get("generation", 0)
+        meta = self.body.get("metadata") or {}
+        now, generation = datetime.now(UTC), meta.get("generation", 0)
         try:
             try:
-                job = resolve(body)
+                job = resolve(self.body)
+                pods = await self.pods(self.key)
             except SpecError:
                 plan = reconcile.rejected(self.status, failure, now, generation)
+            except PodsUnseen:
+                plan = reconcile.blocked(self.status, failure, now, generation)
             else:
-                pods = await self.pods(self.key)
                 seen, evicted = self.memory.seen, self.memory.evicted
                 plan = reconcile.plan(
                     job, self.status, pods, now, generation, failure, seen, evicted
@@ -222,10 +221,10 @@ class JobRunner:
                 f"checking pod {pods[0]['metadata']['name']} (dry run)",
                 self.kube.create_pod(pods[0], dry_run=True),
             )
-        await self.create_gang(job, pods[0])
+        found = await claims.create_gang(self.kube, job, pods[0])
         service = builders.build_service(job)
         if not await step("creating the Service", self.kube.create_service(service)):
-            await self.check_owner(job, "Service", job.name)
+            found = await claims.check_owner(self.kube, job, "Service", job.name) and found
         created = await all_steps(
             (f"creating pod {pod['metadata']['name']}", self.kube.create_pod(pod)) for pod in pods
         )
@@ -235,41 +234,11 @@ class JobRunner:
         self.memory.requested.update(dict.fromkeys(done, time.monotonic()))
         for pod, ok in zip(pods, created, strict=True):
             if not ok:  # a pod of that name exists: ours (the watch lags) or someone else's
-                await self.check_owner(job, "Pod", pod["metadata"]["name"])
-        return any(created)
-
-    async def create_gang(self, job: JobSpec, pod: Mapping[str, Any]) -> None:
-        """Create (or find, the job's) the gang's group objects, before any pod of the group:
-        GangUnavailable if the cluster does not serve their API."""
-        for obj in gang.group_objects(job, pod):
-            api = (obj.group, obj.version, obj.plural)
-            try:
-                created = await self.kube.create_object(*api, obj.manifest)
-            except NotServed as exc:
-                assert job.gang is not None
-                raise GangUnavailable(
-                    f"creating {obj.describe()}: {exc}; gang scheduling with scheduler "
-                    f"{job.gang.scheduler} needs {gang.needs(job.gang.scheduler)}"
-                ) from exc
-            except Exception as exc:
-                raise StepFailed(f"creating {obj.describe()}", exc) from exc
-            if not created:
-                await self.check_owner(job, obj.kind, obj.name, api)
-
-    async def check_owner(
-        self, job: JobSpec, kind: str, name: str, api: tuple[str, str, str] | None = None
-    ) -> None:
-        """Raise NameConflict unless the job is the controller of the existing object."""
-        meta = await step(
-            f"reading {kind} {name}", self.kube.read_metadata(kind, job.namespace, name, api)
-        )
-        if meta is None:
+                name = pod["metadata"]["name"]
+                found = await claims.check_owner(self.kube, job, "Pod", name) and found
+        if not found:
             self.wake.set()  # gone meanwhile: the next pass creates it
-            return
-        uid, owner = controller(meta)
-        if uid != job.uid:
-            reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
-            raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
+        return any(created)
 
     @property
     def attempt(self) -> int:

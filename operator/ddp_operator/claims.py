@@ -1,0 +1,51 @@
+"""The objects a job needs under its names (its Service, its gang's group objects, its pods):
+created when missing, and, when one exists already, checked to be the job's (its controller's
+UID), never reused otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import gang, obstacles
+from .failures import GangUnavailable, NameConflict, StepFailed
+from .jobspec import JobSpec
+from .kube import Kube, NotServed
+from .steps import step
+from .workers import controller
+
+
+async def check_owner(
+    kube: Kube, job: JobSpec, kind: str, name: str, api: tuple[str, str, str] | None = None
+) -> bool:
+    """Raise NameConflict unless the job is the controller of the existing object; False if it
+    is gone meanwhile (the next pass creates it)."""
+    meta = await step(f"reading {kind} {name}", kube.read_metadata(kind, job.namespace, name, api))
+    if meta is None:
+        return False
+    uid, owner = controller(meta)
+    if uid != job.uid:
+        reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
+        raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
+    return True
+
+
+async def create_gang(kube: Kube, job: JobSpec, pod: Mapping[str, Any]) -> bool:
+    """Create (or find, the job's) the gang's group objects, before any pod of the group:
+    GangUnavailable if the cluster does not serve their API. False if one went meanwhile."""
+    found = True
+    for obj in gang.group_objects(job, pod):
+        api = (obj.group, obj.version, obj.plural)
+        try:
+            created = await kube.create_object(*api, obj.manifest)
+        except NotServed as exc:
+            assert job.gang is not None
+            raise GangUnavailable(
+                f"creating {obj.describe()}: {exc}; gang scheduling with scheduler "
+                f"{job.gang.scheduler} needs {gang.needs(job.gang.scheduler)}"
+            ) from exc
+        except Exception as exc:
+            raise StepFailed(f"creating {obj.describe()}", exc) from exc
+        if not created:
+            found = await check_owner(kube, job, obj.kind, obj.name, api) and found
+    return found
