@@ -16,7 +16,7 @@ from ddp_operator import constants as c
 from ddp_operator.failures import PodsUnseen, classify
 from ddp_operator.kube import Kube
 from ddp_operator.kubewatch import WatchExpired, watch_pods
-from ddp_operator.podwatch import PodIndex, PodWatch
+from ddp_operator.podwatch import PodIndex, PodWatch, digest
 from ddp_operator.workers import WorkerPod
 
 from harness.cluster import Cluster
@@ -41,11 +41,14 @@ class Seen:
         self.gone: list[tuple[tuple[str, str], WorkerPod]] = []
         self.index = PodIndex(self.changed.append, lambda k, p: self.gone.append((k, p)))
 
+    def apply(self, events: list[tuple[str, dict]]) -> None:
+        self.index.apply(digest(events))
+
 
 def test_events_keep_each_jobs_pods_and_tell_the_job() -> None:
     s = Seen()
-    s.index.apply([("ADDED", pod("j-worker-0")), ("ADDED", pod("j-worker-1"))])
-    s.index.apply([("MODIFIED", pod("j-worker-1", phase="Running"))])
+    s.apply([("ADDED", pod("j-worker-0")), ("ADDED", pod("j-worker-1"))])
+    s.apply([("MODIFIED", pod("j-worker-1", phase="Running"))])
     pods = {p.name: p.phase for p in s.index.get(("ns", "j"))}
     assert pods == {"j-worker-0": "Pending", "j-worker-1": "Running"}
     assert s.changed == [("ns", "j")] * 3 and s.gone == []
@@ -54,8 +57,8 @@ def test_events_keep_each_jobs_pods_and_tell_the_job() -> None:
 
 def test_a_deleted_pod_is_told_with_its_last_state() -> None:
     s = Seen()
-    s.index.apply([("ADDED", pod("j-worker-0"))])
-    s.index.apply([("DELETED", pod("j-worker-0", phase="Failed"))])
+    s.apply([("ADDED", pod("j-worker-0"))])
+    s.apply([("DELETED", pod("j-worker-0", phase="Failed"))])
     assert s.index.get(("ns", "j")) == [] and s.index.by_job == {} and s.index.where == {}
     [(key, gone)] = s.gone
     assert key == ("ns", "j") and gone.name == "j-worker-0" and gone.phase == "Failed"
@@ -63,8 +66,8 @@ def test_a_deleted_pod_is_told_with_its_last_state() -> None:
 
 def test_a_pod_whose_job_label_changes_moves_and_both_jobs_are_told() -> None:
     s = Seen()
-    s.index.apply([("ADDED", pod("x-worker-0", job="a"))])
-    s.index.apply([("MODIFIED", pod("x-worker-0", job="b"))])
+    s.apply([("ADDED", pod("x-worker-0", job="a"))])
+    s.apply([("MODIFIED", pod("x-worker-0", job="b"))])
     assert s.index.get(("ns", "a")) == [] and len(s.index.get(("ns", "b"))) == 1
     assert s.changed[-2:] == [("ns", "a"), ("ns", "b")]
 
@@ -73,8 +76,8 @@ def test_a_pod_whose_labels_are_taken_off_is_gone_for_its_job() -> None:
     # A label-selected watch says DELETED for an object that stops matching; the body it
     # carries has no job label, so the index tells the last state it knew.
     s = Seen()
-    s.index.apply([("ADDED", pod("j-worker-0", phase="Running"))])
-    s.index.apply([("DELETED", pod("j-worker-0", job=None))])
+    s.apply([("ADDED", pod("j-worker-0", phase="Running"))])
+    s.apply([("DELETED", pod("j-worker-0", job=None))])
     assert s.index.get(("ns", "j")) == []
     [(key, gone)] = s.gone
     assert key == ("ns", "j") and gone.phase == "Running"
@@ -82,8 +85,8 @@ def test_a_pod_whose_labels_are_taken_off_is_gone_for_its_job() -> None:
 
 def test_a_list_tells_the_pods_that_went_unwatched_and_only_in_its_namespace() -> None:
     s = Seen()
-    s.index.apply([("ADDED", pod("j-worker-0")), ("ADDED", pod("j-worker-1"))])
-    s.index.apply([("ADDED", pod("j-worker-0", ns="other", uid="o0"))])
+    s.apply([("ADDED", pod("j-worker-0")), ("ADDED", pod("j-worker-1"))])
+    s.apply([("ADDED", pod("j-worker-0", ns="other", uid="o0"))])
     s.index.replace("ns", [pod("j-worker-1", phase="Running")])
     assert [g.name for _, g in s.gone] == ["j-worker-0"]
     assert [p.phase for p in s.index.get(("ns", "j"))] == ["Running"]
@@ -96,7 +99,7 @@ def test_a_pod_without_the_worker_labels_is_left_out() -> None:
     s = Seen()
     stray = pod("j-worker-0")
     del stray["metadata"]["labels"][c.LABEL_INDEX]
-    s.index.apply([("ADDED", stray), ("DELETED", stray)])
+    s.apply([("ADDED", stray), ("DELETED", stray)])
     assert s.index.by_job == {} and s.gone == []
 
 
@@ -165,9 +168,11 @@ async def _follow(cluster: Cluster, ns: str) -> None:
     # anew (410). A young watch cache that has dropped no event yet (a cluster just started)
     # replays the current pods instead: then the watch must have delivered them.
     got: list[Any] = []
+    timers: list[threading.Timer] = []
 
     def opened(response: Any) -> None:  # a replaying watch is ended after 3 s
-        threading.Timer(3, response.shutdown).start()
+        timers.append(threading.Timer(3, response.shutdown))
+        timers[0].start()
 
     def deliver(events: list[Any], _: str) -> None:
         got.extend(events)
@@ -178,4 +183,7 @@ async def _follow(cluster: Cluster, ns: str) -> None:
         return
     except ProtocolError:  # ended by the timer
         pass
+    finally:
+        for timer in timers:
+            timer.cancel()
     assert ("ADDED", "j-worker-0") in [(k, b["metadata"]["name"]) for k, b in got], got

@@ -41,12 +41,19 @@ PROGRESS_INTERVAL = 1.0
 REQUESTED_TTL = 10.0  # seconds a created pod may take to show in the watch before it is re-asked
 
 
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The job as a loop keeps it: its metadata without managedFields and annotations (which
+    nothing here reads, and which made most of a kept job's memory), its spec and status."""
+    meta = {k: v for k, v in body["metadata"].items() if k not in ("managedFields", "annotations")}
+    return {**body, "metadata": meta}
+
+
 class JobRunner:
     """The reconcile loop of one DDPJob."""
 
     def __init__(self, key: Key, body: Mapping[str, Any], kube: Kube, pods: PodSource):
         self.key = key
-        self.body = body
+        self.body = slim(body)
         self.kube = kube
         self.pods = pods
         self.memory = Memory(body.get("status"))
@@ -58,7 +65,7 @@ class JobRunner:
 
     def update(self, body: Mapping[str, Any]) -> None:
         """A new version of the job was observed (its status is taken if further on)."""
-        self.body = body
+        self.body = slim(body)
         if self.memory.adopt(body.get("status")):
             log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
         self.wake.set()
