@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,37 +245,51 @@ def test_pods_it_may_not_list_block_the_job_saying_why_until_it_may(
     mended."""
     system, sa = installed
     rbac = client.RbacAuthorizationV1Api(cluster.api)
-    role = rbac.read_namespaced_role(sa, namespace)
-    whole = cluster.api.sanitize_for_serialization(role.rules)
+    plain = cluster.api.sanitize_for_serialization
+    whole = plain(rbac.read_namespaced_role(sa, namespace).rules)
     cut = [
         {**r, "verbs": [v for v in r["verbs"] if v not in ("list", "watch")]}
         if r["resources"] == ["pods"]
         else r
         for r in whole
     ]
-    rbac.patch_namespaced_role(sa, namespace, {"rules": cut})
-    kubeconfig = _sa_kubeconfig(cluster, system, sa, tmp_path / "sa.kubeconfig")
-    op = OperatorProcess(Cluster(kubeconfig, cluster.local, False, cluster.api), namespace).start()
+    binding = rbac.read_namespaced_role_binding(sa, namespace)
+    # The chart's Role and RoleBinding, copied to a namespace of the test's own: the session's
+    # operator (the tests' namespaces) and the chart's (`namespace`) do not watch it.
+    ns = f"unseen-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    op = None
     try:
+        rbac.create_namespaced_role(ns, {"metadata": {"name": sa}, "rules": cut})
+        rbac.create_namespaced_role_binding(
+            ns,
+            {
+                "metadata": {"name": sa},
+                "roleRef": plain(binding.role_ref),
+                "subjects": plain(binding.subjects),
+            },
+        )
+        wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, what="its SA")
+        kubeconfig = _sa_kubeconfig(cluster, system, sa, tmp_path / "sa.kubeconfig")
+        op = OperatorProcess(Cluster(kubeconfig, cluster.local, False, cluster.api), ns).start()
         op.wait_ready()
-        jobs.apply(cluster, ddpjob("unseen", namespace, nodes=2))
-        job = jobs.wait_condition(cluster, namespace, "unseen", "Blocked")
+        jobs.apply(cluster, ddpjob("unseen", ns, nodes=2))
+        job = jobs.wait_condition(cluster, ns, "unseen", "Blocked")
         blocked = jobs.condition(job, "Blocked")
         assert blocked["reason"] == "Forbidden", blocked
-        assert blocked["message"].startswith(f"listing the pods in namespace {namespace}: "), (
-            blocked
-        )
+        assert blocked["message"].startswith(f"listing the pods in namespace {ns}: "), blocked
         assert "cannot list resource" in blocked["message"], blocked
         wait_for(
-            lambda: any(
-                e["reason"] == "Forbidden" for e in jobs.events(cluster, namespace, "unseen")
-            ),
+            lambda: any(e["reason"] == "Forbidden" for e in jobs.events(cluster, ns, "unseen")),
             timeout=30,
             what="the Forbidden event",
         )
-        assert not cluster.core.list_namespaced_pod(namespace).items  # nothing acted on unseen
-        rbac.patch_namespaced_role(sa, namespace, {"rules": whole})
-        wait_running(cluster, namespace, "unseen", 2)
-        jobs.wait_condition(cluster, namespace, "unseen", "Blocked", "False")
+        time.sleep(2)  # passes that would create pods have had time to
+        assert jobs.workers(cluster, ns, "unseen") == []  # nothing done for a job unseen
+        rbac.patch_namespaced_role(sa, ns, {"rules": whole})
+        wait_running(cluster, ns, "unseen", 2)
+        jobs.wait_condition(cluster, ns, "unseen", "Blocked", "False")
     finally:
-        op.stop()
+        if op is not None:
+            op.stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")

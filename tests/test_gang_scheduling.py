@@ -253,7 +253,13 @@ def test_a_gang_scheduler_the_cluster_does_not_serve_blocks_the_job_with_no_pods
     assert cond["reason"] == "GangSchedulingUnavailable", cond
     assert f"podgroups.{group}/{version}" in cond["message"]
     assert scheduler in cond["message"]
-    assert any(e["reason"] == "GangSchedulingUnavailable" for e in jobs.events(cluster, ns, name))
+    wait_for(  # Events are posted after the status is written
+        lambda: any(
+            e["reason"] == "GangSchedulingUnavailable" for e in jobs.events(cluster, ns, name)
+        ),
+        timeout=10,
+        what="the GangSchedulingUnavailable Event",
+    )
     time.sleep(1)  # a pass that would create pods has had time to
     assert jobs.workers(cluster, ns, name) == []
     assert cluster.core.list_namespaced_service(ns).items == []
