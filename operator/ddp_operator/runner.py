@@ -95,8 +95,10 @@ class JobRunner:
         uid = (self.body.get("metadata") or {}).get("uid")
         try:
             pods = await self.pods(self.key)
-        except PodsUnseen as exc:  # the job is gone: only the log can tell
-            log.warning("ddpjob %s/%s deleted; its pods are not marked: %s", *self.key, exc)
+        except PodsUnseen as exc:  # the job is gone: no status, but its Events can still tell
+            why = f"its pods are not marked for Kueue to let go: {exc}"
+            log.warning("ddpjob %s/%s deleted; %s", *self.key, why)
+            kopf.event(self.body, type="Warning", reason="PodsUnseen", message=why)
             return
         await kueue_steps.mark_left_behind(self.kube, *self.key, uid, pods)
 
