@@ -131,9 +131,14 @@ def test_operator_sigkilled_every_few_seconds_through_50_jobs(cluster: Cluster, 
     ns = f"ddpk-{uuid.uuid4().hex[:6]}"  # outside the session operator's namespaces
     cluster.core.create_namespace({"metadata": {"name": ns}})
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, what="sa")
-    scripted = [ScriptedJob(f"j{i}", kind=KINDS[i % 3]) for i in range(50)]
-    ledger, kubelet = Ledger(cluster, ns).start(), Kubelet(cluster, ns, scripted).start()
+    # A failing job runs 3 attempts of 6 s or more: 18 s, longer than the first three kills can
+    # take (15 s), however fast the operator; the others end sooner, spreading their restarts.
     rng = random.Random(50)
+    scripted = [
+        ScriptedJob(f"j{i}", kind=k, run_seconds=6 if k == "fail" else rng.uniform(0.5, 4))
+        for i, k in ((i, KINDS[i % 3]) for i in range(50))
+    ]
+    ledger, kubelet = Ledger(cluster, ns).start(), Kubelet(cluster, ns, scripted).start()
     operator = OperatorProcess(cluster, ns).start()
     kills = 0
     try:

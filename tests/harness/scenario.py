@@ -3,9 +3,9 @@
 * ``ScriptedJob``: a DDPJob whose workers exit as its ``kind`` says: ``succeed`` (every worker
   of every attempt exits 0), ``flaky`` (attempt 0: worker 1 exits 3, the others keep running;
   later attempts all exit 0), ``fail`` (every attempt: worker 1 exits 3, the others keep running).
-* ``Kubelet``: once a worker pod has been Running ``run_seconds``, ends it with its script's exit
-  code (through the ``pod-finish`` kwok stage, guarded by the pod's UID, so a later pod of the
-  same name is never ended by mistake).
+* ``Kubelet``: once a worker pod has been Running ``run_seconds`` (its job's, or the
+  Kubelet's), ends it with its script's exit code (through the ``pod-finish`` kwok stage,
+  guarded by the pod's UID, so a later pod of the same name is never ended by mistake).
 * ``Ledger``: every worker pod ever seen, by UID; ``duplicates()`` names a worker created twice.
 * ``verify`` (harness.verify): the end state contradicts the scripts (phase, owner, restarts,
   worker counts); ``run_until_done`` waits for the jobs to finish.
@@ -42,6 +42,7 @@ class ScriptedJob:
     nodes: int = 2
     kind: str = "succeed"
     backoff_limit: int | None = None
+    run_seconds: float | None = None  # how long its workers run; None: the Kubelet's default
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, f"kind {self.kind!r} is not one of {KINDS}"
@@ -84,7 +85,7 @@ class Kubelet(PodWatch):
         self.scripts = _by_name(jobs)
         self.run_seconds = run_seconds
         self.finished: dict[str, tuple[str, int | None]] = {}  # uid -> (pod, exit code)
-        self._running: dict[str, tuple[str, int | None, float]] = {}  # uid -> pod, code, since
+        self._running: dict[str, tuple[str, int | None, float]] = {}  # uid -> pod, code, due
         self._lock = threading.Lock()
         self._threads.append(threading.Thread(target=self._guard, args=(self._act,), daemon=True))
 
@@ -112,14 +113,15 @@ class Kubelet(PodWatch):
                 self._running.pop(uid, None)
             elif uid not in self._running and uid not in self.finished:
                 code = script.exit_code(key[2], key[1])
-                self._running[uid] = (meta["name"], code, time.monotonic())
+                runs = self.run_seconds if script.run_seconds is None else script.run_seconds
+                self._running[uid] = (meta["name"], code, time.monotonic() + runs)
 
     def _act(self) -> None:
         outage: float | None = None
         while not self.stopped:
             now = time.monotonic()
             with self._lock:
-                due = [(u, r) for u, r in self._running.items() if now - r[2] >= self.run_seconds]
+                due = [(u, r) for u, r in self._running.items() if now >= r[2]]
             for uid, (name, code, _) in due:
                 if code is not None:
                     try:
