@@ -14,13 +14,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 
 def failed(cluster: Cluster, ns: str, name: str, reason: str) -> dict:
-    """Wait for Failed=True; check its reason, the Event, and that no pod was left behind."""
+    """Wait for Failed=True; check its reason, the Event, and that no pod or Service was left
+    behind."""
     job = jobs.wait_condition(cluster, ns, name, "Failed")
     cond = jobs.condition(job, "Failed")
     assert cond["reason"] == reason, cond
     assert job["status"]["phase"] == "Failed"
     jobs.wait_event(cluster, ns, name, reason)
     assert workers(cluster, ns, name) == []
+    assert name not in {s.metadata.name for s in cluster.core.list_namespaced_service(ns).items}
     out = cluster.kubectl("get", "ddpj", name, "-n", ns).stdout
     assert "Failed" in out
     return cond

@@ -1,18 +1,25 @@
 """The objects a job needs under its names (its Service, its gang's group objects, its pods):
 created when missing, and, when one exists already, checked to be the job's (its controller's
-UID), never reused otherwise."""
+UID), never reused otherwise.
+
+A fresh group (every pod of an attempt) is checked first by a server-side dry run of one pod,
+so a template the API server refuses for good (invalid, PodSecurity, a webhook) fails the job
+before anything of it exists. Creating that pod for real instead saved one request per job but
+no measurable time in S2 (bench/README.md), and left a Service to take back on refusal."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from . import gang, obstacles
+from . import builders, gang, obstacles
 from .failures import GangUnavailable, NameConflict, StepFailed
 from .jobspec import JobSpec
 from .kube import Kube, NotServed
-from .steps import step
+from .steps import all_steps, step
 from .workers import controller
+
+Manifest = Mapping[str, Any]
 
 
 async def check_owner(
@@ -28,6 +35,24 @@ async def check_owner(
         reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
         raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
     return True
+
+
+async def create_group(
+    kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool
+) -> tuple[list[bool], bool]:
+    """Create the gang's objects, the Service, then ``pods`` (all of a new attempt's if
+    ``fresh``: checked first). Which pods were created (False: one of that name exists), and
+    False if an object went meanwhile (the next pass creates it)."""
+    if fresh:
+        name = pods[0]["metadata"]["name"]
+        await step(f"checking pod {name} (dry run)", kube.create_pod(pods[0], dry_run=True))
+    found = await create_gang(kube, job, pods[0])
+    if not await step("creating the Service", kube.create_service(builders.build_service(job))):
+        found = await check_owner(kube, job, "Service", job.name) and found
+    created = await all_steps(
+        (f"creating pod {pod['metadata']['name']}", kube.create_pod(pod)) for pod in pods
+    )
+    return created, found
 
 
 async def create_gang(kube: Kube, job: JobSpec, pod: Mapping[str, Any]) -> bool:

@@ -25,7 +25,7 @@ from .failures import Failure, PodsUnseen, api_message, classify
 from .jobspec import SpecError, resolve
 from .kube import JobGone, Kube
 from .memory import Memory
-from .steps import all_steps, step
+from .steps import all_steps
 from .workers import WorkerPod
 
 log = logging.getLogger(__name__)
@@ -214,9 +214,9 @@ class JobRunner:
 
     async def create(self, job: Any, plan: reconcile.Plan) -> bool:
         """Create the plan's workers (and the Service they need), never reusing what is not the
-        job's. A fresh group is first checked by a server-side dry run of one pod, so a template
-        the API server refuses fails the job before any pod exists. A pod created lately is not
-        asked for again before the watch shows it (a 409 and a read for 7% of 512 workers)."""
+        job's (``claims``: a template the API server refuses fails the job before any pod
+        exists). A pod created lately is not asked for again before the watch shows it (a 409
+        and a read for 7% of 512 workers)."""
         now = time.monotonic()
         keys = {i: (builders.worker_name(job, i), plan.attempt) for i in plan.create}
         wanted = self.memory.unasked(keys, now, REQUESTED_TTL)
@@ -225,18 +225,8 @@ class JobRunner:
         if not wanted:
             return False
         pods = [builders.build_worker_pod(job, i, plan.attempt) for i in wanted]
-        if len(wanted) == job.nodes:
-            await step(
-                f"checking pod {pods[0]['metadata']['name']} (dry run)",
-                self.kube.create_pod(pods[0], dry_run=True),
-            )
-        found = await claims.create_gang(self.kube, job, pods[0])
-        service = builders.build_service(job)
-        if not await step("creating the Service", self.kube.create_service(service)):
-            found = await claims.check_owner(self.kube, job, "Service", job.name) and found
-        created = await all_steps(
-            (f"creating pod {pod['metadata']['name']}", self.kube.create_pod(pod)) for pod in pods
-        )
+        fresh = len(wanted) == job.nodes
+        created, found = await claims.create_group(self.kube, job, pods, fresh)
         metrics.PODS_CREATED.inc(sum(created))
         done = [keys[i] for i, ok in zip(wanted, created, strict=True) if ok]
         # From now: under load, the requests may have waited longer than the TTL.

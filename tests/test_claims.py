@@ -1,0 +1,88 @@
+"""A job's objects created on the real API server (``claims``), with no operator running: the
+Service, then the pods; a template refused for good leaves nothing of the job behind, and a
+foreign Service of the job's name stops it before any pod."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ddp_operator import builders, claims
+from ddp_operator.failures import NameConflict, StepFailed, classify
+from ddp_operator.jobspec import JobSpec, resolve
+from ddp_operator.kube import Kube
+
+from harness import jobs
+from harness.cluster import Cluster, wait_for
+from harness.jobs import workers
+from jobs import ddpjob
+
+pytestmark = [pytest.mark.cluster]
+
+
+@pytest.fixture
+def quiet(cluster: Cluster, crd: str) -> Iterator[str]:
+    """A namespace no operator watches (the session's watches ``ddpt-*``)."""
+    ns = f"ddpc-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, what="sa")
+    yield ns
+    cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def job(cluster: Cluster, ns: str, name: str, **template: Any) -> JobSpec:
+    """A DDPJob of 3 workers, applied (garbage collection keeps only pods whose owner exists)
+    and resolved."""
+    body = ddpjob(name, ns, nodes=3)
+    body["spec"]["template"]["spec"].update(template)
+    api = (jobs.GROUP, jobs.VERSION, ns, jobs.PLURAL)
+    return resolve(cluster.custom.create_namespaced_custom_object(*api, body))
+
+
+def create(cluster: Cluster, spec: JobSpec, fresh: bool = True) -> tuple[list[bool], bool]:
+    pods = [builders.build_worker_pod(spec, i, 0) for i in range(spec.nodes)]
+    return asyncio.run(claims.create_group(Kube(cluster.api), spec, pods, fresh))
+
+
+def services(cluster: Cluster, ns: str, name: str) -> list[Any]:
+    return [s for s in cluster.core.list_namespaced_service(ns).items if s.metadata.name == name]
+
+
+def test_a_fresh_group_gets_its_service_and_every_pod(cluster: Cluster, quiet: str) -> None:
+    namespace = quiet
+    spec = job(cluster, namespace, "fine")
+    assert create(cluster, spec) == ([True, True, True], True)
+    names = sorted(w["metadata"]["name"] for w in workers(cluster, namespace, "fine"))
+    assert names == [f"fine-worker-{i}" for i in range(3)]
+    (svc,) = services(cluster, namespace, "fine")
+    assert svc.metadata.owner_references[0].uid == spec.uid
+    # Asked again (the watch lagged): nothing is created twice, and all of it is the job's.
+    assert create(cluster, spec) == ([False, False, False], True)
+
+
+def test_a_refused_first_pod_leaves_nothing_behind(cluster: Cluster, quiet: str) -> None:
+    namespace = quiet
+    spec = job(cluster, namespace, "bad", containers=[{"name": "trainer", "command": ["python"]}])
+    with pytest.raises(StepFailed) as raised:
+        create(cluster, spec)
+    failure = classify(raised.value)
+    assert failure.permanent and failure.reason == "InvalidPodTemplate", failure
+    assert "checking pod bad-worker-0 (dry run)" in failure.message
+    assert "spec.containers[0].image: Required value" in failure.message
+    assert workers(cluster, namespace, "bad") == []
+    assert services(cluster, namespace, "bad") == []
+
+
+def test_a_foreign_service_stops_the_group_before_any_pod(cluster: Cluster, quiet: str) -> None:
+    namespace = quiet
+    cluster.core.create_namespaced_service(
+        namespace, {"metadata": {"name": "taken"}, "spec": {"ports": [{"port": 80}]}}
+    )
+    with pytest.raises(NameConflict, match="Service taken"):
+        create(cluster, job(cluster, namespace, "taken"))
+    assert workers(cluster, namespace, "taken") == []
+    assert not services(cluster, namespace, "taken")[0].metadata.owner_references
