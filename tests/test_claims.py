@@ -53,36 +53,49 @@ def services(cluster: Cluster, ns: str, name: str) -> list[Any]:
 
 
 def test_a_fresh_group_gets_its_service_and_every_pod(cluster: Cluster, quiet: str) -> None:
-    namespace = quiet
-    spec = job(cluster, namespace, "fine")
+    spec = job(cluster, quiet, "fine")
     assert create(cluster, spec) == ([True, True, True], True)
-    names = sorted(w["metadata"]["name"] for w in workers(cluster, namespace, "fine"))
+    names = sorted(w["metadata"]["name"] for w in workers(cluster, quiet, "fine"))
     assert names == [f"fine-worker-{i}" for i in range(3)]
-    (svc,) = services(cluster, namespace, "fine")
+    (svc,) = services(cluster, quiet, "fine")
     assert svc.metadata.owner_references[0].uid == spec.uid
     # Asked again (the watch lagged): nothing is created twice, and all of it is the job's.
     assert create(cluster, spec) == ([False, False, False], True)
 
 
-def test_a_refused_first_pod_leaves_nothing_behind(cluster: Cluster, quiet: str) -> None:
-    namespace = quiet
-    spec = job(cluster, namespace, "bad", containers=[{"name": "trainer", "command": ["python"]}])
+def test_a_refused_template_leaves_nothing_behind(cluster: Cluster, quiet: str) -> None:
+    spec = job(cluster, quiet, "bad", containers=[{"name": "trainer", "command": ["python"]}])
     with pytest.raises(StepFailed) as raised:
         create(cluster, spec)
     failure = classify(raised.value)
     assert failure.permanent and failure.reason == "InvalidPodTemplate", failure
     assert "checking pod bad-worker-0 (dry run)" in failure.message
     assert "spec.containers[0].image: Required value" in failure.message
-    assert workers(cluster, namespace, "bad") == []
-    assert services(cluster, namespace, "bad") == []
+    assert workers(cluster, quiet, "bad") == []
+    assert services(cluster, quiet, "bad") == []
 
 
 def test_a_foreign_service_stops_the_group_before_any_pod(cluster: Cluster, quiet: str) -> None:
-    namespace = quiet
     cluster.core.create_namespaced_service(
-        namespace, {"metadata": {"name": "taken"}, "spec": {"ports": [{"port": 80}]}}
+        quiet, {"metadata": {"name": "taken"}, "spec": {"ports": [{"port": 80}]}}
     )
     with pytest.raises(NameConflict, match="Service taken"):
-        create(cluster, job(cluster, namespace, "taken"))
-    assert workers(cluster, namespace, "taken") == []
-    assert not services(cluster, namespace, "taken")[0].metadata.owner_references
+        create(cluster, job(cluster, quiet, "taken"))
+    assert workers(cluster, quiet, "taken") == []
+    assert not services(cluster, quiet, "taken")[0].metadata.owner_references
+
+
+def test_a_foreign_pod_of_a_workers_name_is_named_and_left_alone(
+    cluster: Cluster, quiet: str
+) -> None:
+    stranger = cluster.core.create_namespaced_pod(
+        quiet,
+        {
+            "metadata": {"name": "fp-worker-1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )
+    with pytest.raises(NameConflict, match="fp-worker-1"):
+        create(cluster, job(cluster, quiet, "fp"))
+    still = cluster.core.read_namespaced_pod("fp-worker-1", quiet)
+    assert still.metadata.uid == stranger.metadata.uid and not still.metadata.deletion_timestamp

@@ -41,8 +41,9 @@ async def create_group(
     kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool
 ) -> tuple[list[bool], bool]:
     """Create the gang's objects, the Service, then ``pods`` (all of a new attempt's if
-    ``fresh``: checked first). Which pods were created (False: one of that name exists), and
-    False if an object went meanwhile (the next pass creates it)."""
+    ``fresh``: checked first); one that exists already must be the job's. Which pods were
+    created (False: the job's exists), and False if an object went meanwhile (the next pass
+    creates it)."""
     if fresh:
         name = pods[0]["metadata"]["name"]
         await step(f"checking pod {name} (dry run)", kube.create_pod(pods[0], dry_run=True))
@@ -52,6 +53,9 @@ async def create_group(
     created = await all_steps(
         (f"creating pod {pod['metadata']['name']}", kube.create_pod(pod)) for pod in pods
     )
+    for pod, ok in zip(pods, created, strict=True):
+        if not ok:  # a pod of that name exists: the job's (the watch lags) or someone else's
+            found = await check_owner(kube, job, "Pod", pod["metadata"]["name"]) and found
     return created, found
 
 

@@ -231,10 +231,6 @@ class JobRunner:
         done = [keys[i] for i, ok in zip(wanted, created, strict=True) if ok]
         # From now: under load, the requests may have waited longer than the TTL.
         self.memory.requested.update(dict.fromkeys(done, time.monotonic()))
-        for pod, ok in zip(pods, created, strict=True):
-            if not ok:  # a pod of that name exists: ours (the watch lags) or someone else's
-                name = pod["metadata"]["name"]
-                found = await claims.check_owner(self.kube, job, "Pod", name) and found
         if not found:
             self.wake.set()  # gone meanwhile: the next pass creates it
         return any(created)
