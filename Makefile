@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
-	bench bench-quick bench-gang chaos
+	bench bench-quick bench-gang chaos prereqs-demo prereqs-test prereqs-cluster
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
@@ -19,6 +19,11 @@ help:
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
 	@echo "make bench-gang            what gang scheduling costs (64-worker job, each mode vs none)"
 	@echo "make chaos [CHAOS_MINUTES=3] [CHAOS_SEED=n]   scripted jobs under random faults (local)"
+
+# Every tool the target will need, checked (as root on Debian: installed) before it starts
+# anything: hack/prereqs.sh.
+prereqs-demo prereqs-test prereqs-cluster:
+	hack/prereqs.sh $(@:prereqs-%=%)
 
 # The project, editable, on its dependencies' environment cached in ~/.cache/ddp-operator.
 $(STAMP): pyproject.toml hack/venv.sh
@@ -48,14 +53,14 @@ unit: $(STAMP)
 # scheduler-plugins, Volcano and Kueue, needed only by their tests (run last, in that order),
 # build at the lowest priority while the others run; those tests wait for them (build.sh's lock)
 # if they are not done.
-test:
+test: prereqs-test
 	build=""; if [[ -z "$${KUBECONFIG:-}" ]]; then hack/cluster/cluster.sh build & build=$$!; fi; \
 	if ! $(MAKE) --no-print-directory lint; then [[ -z "$$build" ]] || wait "$$build" || true; exit 1; fi; \
 	if [[ -n "$$build" ]]; then wait "$$build"; fi; \
 	if [[ -z "$${KUBECONFIG:-}" ]]; then (nice -n 19 bash -c 'for t in scheduler-plugins volcano kueue; do hack/cluster/build.sh $$t; done' >/dev/null 2>&1 &); fi
 	$(BIN)/pytest -m "not docker and not gpu" $(PYTEST_ARGS)
 
-cluster-up: $(STAMP)
+cluster-up: prereqs-cluster $(STAMP)
 	hack/cluster/cluster.sh up
 
 cluster-down:
@@ -64,7 +69,7 @@ cluster-down:
 cluster-status:
 	hack/cluster/cluster.sh status
 
-demo: $(STAMP)
+demo: prereqs-demo $(STAMP)
 	hack/demo.sh
 
 # Benchmarks against the local cluster (brought up if needed); see bench/README.md.

@@ -113,6 +113,12 @@ def table(res: dict[str, Any]) -> list[str]:
         + " | ".join(f"{peak[w]:.0f} MB" if w in peak else "-" for w in CONTENDERS)
         + " | |"
     )
+    if asked := res.get("requests", {}).get("ours"):
+        rows.append(
+            "| ours: its own API requests over S1-S3, S5, S6, by verb | "
+            + ", ".join(f"{verb} {n}" for verb, n in asked.items())
+            + " | - | - | - | Event lists only for workers stalled before their first container |"
+        )
     if s4 := res.get("s4"):
         marks = ", ".join(f"{m} jobs {v:.0f} MB" for m, v in s4["rss_mb"].items())
         rows.append(

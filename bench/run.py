@@ -92,6 +92,9 @@ def contender_runs(ct: Contender, sizes: dict[str, int], res: dict[str, Any]) ->
                 record("s6", restart(ct, sizes["s6_nodes"]))
         if pids := ct.pids():
             res["peak_rss_mb"][ct.name] = round(sum(memory_mb(p)[1] for p in pids), 1)
+        if (asked := ct.requests()) is not None:
+            res["requests"][ct.name] = asked
+            log(f"{ct.title}'s own API requests over S1-S3, S5, S6: {asked}")
         ct.close()
 
 
@@ -131,6 +134,7 @@ def main() -> int:
         "runs": {},
         "s3": {},
         "peak_rss_mb": {},
+        "requests": {},
     }
     try:
         for name in [w for w in KINDS if w in wanted]:

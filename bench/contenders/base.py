@@ -47,6 +47,10 @@ class Contender:
         """Its controller's processes on this machine, for the CPU and memory it costs."""
         return []
 
+    def requests(self) -> dict[str, int] | None:
+        """The controller's own API requests so far, by verb, where it counts them."""
+        return None
+
     def dead(self) -> str | None:
         """Why its controller cannot act (it exited), or None."""
         return None

@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from ddp_operator import constants as c
 
@@ -31,7 +34,9 @@ def ddpjob(name: str, ns: str, nodes: int, spec: dict[str, Any] | None = None) -
 
 
 @contextlib.contextmanager
-def operator(kubeconfig: str, pattern: str = f"{PREFIX}*") -> Iterator[subprocess.Popen]:
+def operator(
+    kubeconfig: str, pattern: str = f"{PREFIX}*", metrics_port: int = 0
+) -> Iterator[subprocess.Popen]:
     """`ddp-operator run` for the namespaces matching ``pattern``, until the block ends."""
     port = free_port()
     log = RESULTS / "operator.log"
@@ -45,6 +50,8 @@ def operator(kubeconfig: str, pattern: str = f"{PREFIX}*") -> Iterator[subproces
                 "--liveness",
                 f"http://127.0.0.1:{port}/healthz",
                 "--quiet",
+                "--metrics-port",
+                str(metrics_port),
             ],
             env={**os.environ, "KUBECONFIG": kubeconfig},
             stdout=logf,
@@ -65,6 +72,7 @@ class Ours(Contender):
     job_api = (c.GROUP, c.VERSION, c.PLURAL)
 
     proc: subprocess.Popen | None = None
+    metrics_port = 0
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -72,7 +80,8 @@ class Ours(Contender):
         # all from its start: a namespace made later would time kopf's discovery of it too.
         for tag in TAGS:
             self.used.add(self.cluster.namespace(f"bench-{self.name}-{tag}"))
-        with operator(self.cluster.kubeconfig) as proc:
+        self.metrics_port = free_port()
+        with operator(self.cluster.kubeconfig, metrics_port=self.metrics_port) as proc:
             self.proc = proc
             try:
                 yield
@@ -81,6 +90,19 @@ class Ours(Contender):
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc else []
+
+    def requests(self) -> dict[str, int]:
+        """The operator's API requests so far, by verb (its ddp_operator_api_requests)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        found: dict[str, int] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "ddp_operator_api_requests_total":
+                    verb = sample.labels["verb"]
+                    found[verb] = found.get(verb, 0) + int(sample.value)
+        return dict(sorted(found.items()))
 
     def dead(self) -> str | None:
         alive = self.proc is not None and self.proc.poll() is None

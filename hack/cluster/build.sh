@@ -4,7 +4,8 @@
 # kwok, kwokctl, helm) into a cache outside the repository (~/.cache/ddp-operator, or
 # DDP_CACHE_DIR), and prints a bin directory holding all of them. Each argument adds more:
 #   real-node          containerd, ctr, the CNI plugins bridge, host-local and loopback, the pause
-#                      binary and coredns (CoreDNS with the plugins bind, errors, log, kubernetes)
+#                      binary, coredns (CoreDNS with the plugins bind, errors, log, kubernetes) and
+#                      runc (pinned, the node's own: with cgo and libseccomp, as runc's Makefile)
 #   kueue              Kueue's manager
 #   scheduler-plugins  scheduler-plugins' scheduler, as scheduler-plugins
 #   volcano            Volcano's vc-scheduler, vc-controller-manager and vc-webhook-manager
@@ -21,13 +22,15 @@ export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath"
 log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
 
 # build NAME MODULE_DIR VERSION "LDFLAGS" "TAGS" OUTPUT...: prints the tool's cached directory.
+# Built with CGO_ENABLED=0 unless the caller's environment sets it (runc needs cgo).
 # An OUTPUT written NAME=BUILT is the binary go builds as BUILT (a tool's last path element),
 # renamed (cmd/scheduler of scheduler-plugins as scheduler-plugins).
 build() {
   local name=$1 dir=$2 version=$3 ldflags=$4 tags=$5; shift 5
   local key out
   key="$( { cat "$here/$dir"/go.mod "$here/$dir"/go.sum "$here/$dir"/*.go 2>/dev/null; \
-            echo "$version|$ldflags|$tags|$(go env GOVERSION)"; } | sha256sum | cut -c1-12)"
+            echo "$version|$ldflags|$tags|$(go env GOVERSION)${CGO_ENABLED/#0*/}"; } |
+         sha256sum | cut -c1-12)"
   out="$root/$name-$version-$key"
   local renames=("$@") missing=0 b
   set -- "${@%%=*}"
@@ -100,6 +103,7 @@ if [[ " $* " == *" real-node "* ]]; then
     "$(build cni-plugins cni "$CNI_PLUGINS_VERSION" "$cni_ld" "" bridge host-local loopback)"
     "$(build pause pause v1 "" "" pause)"
     "$(build coredns coredns "$COREDNS_VERSION" "" "" coredns)"
+    "$(CGO_ENABLED=1 build runc runc "$RUNC_VERSION" "" "seccomp,urfave_cli_no_docs" runc)"
   )
 fi
 # `build.sh kueue` adds Kueue's manager, and beside it (kueue-config/) the CRDs and webhook

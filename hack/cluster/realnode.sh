@@ -27,8 +27,9 @@
 #         imports it when the node runs and prints its name.
 # status: says what runs.
 # The configuration files are the templates in realnode/. tests/test_realnode*.py run pods and
-# DDP jobs on the node and check that down leaves nothing. Needs root, runc and socat (apt-get
-# install runc socat), for the images debootstrap and buildah.
+# DDP jobs on the node and check that down leaves nothing. Needs root, socat and iptables, for
+# the images debootstrap and buildah (hack/prereqs.sh cluster checks them all); its runc is its
+# own (build.sh real-node), and its daemons take nothing from a host's PATH (realnode/lib.sh).
 set -euo pipefail
 # shellcheck source=hack/cluster/realnode/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/realnode/lib.sh"
@@ -104,7 +105,6 @@ start_coredns() {
 # The API server's port on the bridge's address, for the pods (its endpoint in the `kubernetes`
 # Service); the API server itself listens on loopback only.
 start_api_forward() {
-  command -v socat >/dev/null || die "socat is missing: apt-get install socat"
   daemon api-forward socat "TCP-LISTEN:$port0,bind=$gateway,reuseaddr,fork" "TCP:127.0.0.1:$port0"
   wait_listen api-forward t "$gateway:$port0"
 }

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import constants as c
+from . import kubelet_events
 from .conditions import parse_time
-from .workers import observe
+from .workers import STARTING, observe
 
 
 def age(timestamp: str | None, now: datetime | None = None) -> str:
@@ -44,9 +45,13 @@ NOTABLE = {
 
 
 def render_status(
-    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime | None = None
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """One line for the job, its notable conditions, then one line per worker."""
+    """One line for the job, its notable conditions, then one line per worker; a worker not
+    started yet gets the reason of its latest Warning Event (``events``) if it has one."""
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     nodes = int(spec.get("nodes", 1))
     lines = [
@@ -62,13 +67,17 @@ def render_status(
         w = observe(pod)
         if w is not None and not (w.index in by_index and by_index[w.index][0].attempt > w.attempt):
             by_index[w.index] = (w, pod)
+    said = kubelet_events.latest(events, (w.uid for w, _ in by_index.values() if w.uid))
     for i in range(nodes):
         if i not in by_index:
             rows.append((str(i), "-", "NotCreated", "-", "-", "-", "-"))
             continue
         w, pod = by_index[i]
         phase = "Terminating" if w.deleting else w.phase
-        reason = w.unschedulable or _waiting_reason(pod) or w.reason or "-"
+        waiting = _waiting_reason(pod)
+        if w.phase == "Pending" and w.uid in said and (waiting or "").startswith(STARTING):
+            waiting = f"{said[w.uid].reason}: {said[w.uid].message}".rstrip(": ")
+        reason = w.unschedulable or waiting or w.reason or "-"
         exit_code = "-" if w.exit_code is None else str(w.exit_code)
         rows.append((str(i), w.name, phase, w.node or "-", str(w.attempt), exit_code, reason))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]

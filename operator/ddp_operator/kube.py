@@ -174,6 +174,13 @@ class Kube:
             if not page:
                 return items, data["metadata"]["resourceVersion"]
 
+    async def list_events(self, namespace: str, fields: str) -> list[dict[str, Any]]:
+        """The Events of a namespace matching the field selector ``fields`` (one page of 500)."""
+        path = _path(CORE, namespace=namespace, plural="events")
+        query = urlencode({"fieldSelector": fields, "limit": 500})
+        data = await self._call("list_events", "GET", path, query=query, expected=())
+        return json.loads(data).get("items") or []
+
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
         """Create a Service; False if one of that name exists already."""
         return await self._create("create_service", CORE, manifest, plural="services")

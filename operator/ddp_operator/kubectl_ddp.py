@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from . import constants as c
-from . import jobview, localrun
+from . import jobview, kubelet_events, localrun
 from .builders import trainer_index
 from .jobspec import SpecError, resolve
 
@@ -69,6 +69,17 @@ class Api:
         items = self.api.sanitize_for_serialization(found).get("items") or []
         return sorted(items, key=lambda p: int(p["metadata"]["labels"].get(c.LABEL_INDEX, 0)))
 
+    def pod_warnings(self, ns: str, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The namespace's Warning Events about pods, if some pod is bound but not started."""
+        if not any(
+            (p.get("status") or {}).get("phase") == "Pending"
+            and (p.get("spec") or {}).get("nodeName")
+            for p in pods
+        ):
+            return []
+        found = self.core.list_namespaced_event(ns, field_selector=kubelet_events.FIELD_SELECTOR)
+        return self.api.sanitize_for_serialization(found).get("items") or []
+
 
 def _api(args: argparse.Namespace) -> tuple[Api, str]:
     api = Api(args.kubeconfig, args.context)
@@ -77,7 +88,8 @@ def _api(args: argparse.Namespace) -> tuple[Api, str]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     api, ns = _api(args)
-    print(jobview.render_status(api.job(ns, args.name), api.pods(ns, args.name)))
+    pods = api.pods(ns, args.name)
+    print(jobview.render_status(api.job(ns, args.name), pods, events=api.pod_warnings(ns, pods)))
     return 0
 
 

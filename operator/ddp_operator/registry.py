@@ -11,6 +11,7 @@ from typing import Any
 from .kube import Kube
 from .podwatch import PodIndex, PodWatch
 from .runner import JobRunner, Key
+from .stalls import EventReader
 from .workers import WorkerPod
 
 
@@ -23,6 +24,7 @@ class Runners:
         self.index = PodIndex(self.poke, self.gone)
         self._runners: dict[Key, JobRunner] = {}
         self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
+        self._events: EventReader | None = None  # shared by the loops
 
     async def pods(self, key: Key) -> list[WorkerPod]:
         """The job's pods as last observed, once its namespace's pods have been listed."""
@@ -63,7 +65,10 @@ class Runners:
             return
         if runner is not None:
             runner.task.cancel()
-        runner = self._runners[key] = JobRunner(key, body, self.kube, self.pods)
+        if self._events is None:
+            self._events = EventReader(self.kube)
+        runner = JobRunner(key, body, self.kube, self.pods, self._events)
+        self._runners[key] = runner
         runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
 
     def _drop(self, key: Key, runner: JobRunner) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from . import builders, claims, kueue_steps, metrics, reconcile
+from . import builders, claims, kueue_steps, metrics, reconcile, stalls
 from .conditions import progress_only
 from .failures import Failure, PodsUnseen, api_message, classify
 from .jobspec import SpecError, resolve
@@ -51,11 +51,19 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 class JobRunner:
     """The reconcile loop of one DDPJob."""
 
-    def __init__(self, key: Key, body: Mapping[str, Any], kube: Kube, pods: PodSource):
+    def __init__(
+        self,
+        key: Key,
+        body: Mapping[str, Any],
+        kube: Kube,
+        pods: PodSource,
+        events: stalls.EventReader | None = None,
+    ):
         self.key = key
         self.body = slim(body)
         self.kube = kube
         self.pods = pods
+        self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
         self.memory = Memory(body.get("status"))
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.written = float("-inf")  # when the status was last written (monotonic)
@@ -174,9 +182,11 @@ class JobRunner:
         now, generation = datetime.now(UTC), meta.get("generation", 0)
         seen, evicted = self.memory.seen, self.memory.evicted
         told = await kueue_steps.holdup(self.kube, job, pods)
+        pods, look_again = await stalls.explain(self.events, job, pods, now)
         plan = reconcile.plan(
             job, self.status, pods, now, generation, self.failure, seen, evicted, told
         )
+        plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)

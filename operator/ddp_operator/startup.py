@@ -1,7 +1,8 @@
 """What keeps a job's workers from starting, in the words of whoever knows: the scheduler's
 (``Unschedulable``; ``GangScheduled`` while a gang waits to be placed whole) and the kubelet's
-(``ContainersNotStarting``: a mistyped image, a missing ConfigMap...). Pure: the job's live pods
-of the current attempt in, conditions set.
+(``ContainersNotStarting``: a mistyped image, a missing ConfigMap, a sandbox that cannot be
+created: what holds a pod before any container is from its Events, ``kubelet_events``). Pure:
+the job's live pods of the current attempt in, conditions set.
 
 Neither restarts nor fails the job: the scheduler and the kubelet keep retrying, and the job goes
 on once the user has fixed the cause.
@@ -74,7 +75,8 @@ def not_starting(conds: Conditions, live: Sequence[WorkerPod]) -> None:
         conds.clear(c.COND_NOT_STARTING, "NoStartErrors", "no worker's container fails to start")
         return
     name, first = stuck[0]
-    message = f"{name}: container {first.container}: {first.message or first.reason}"
+    where = f"container {first.container}" if first.container else first.reason  # pod: Events
+    message = f"{name}: {where}: {first.message or first.reason}"
     if len(stuck) > 1:
         message += f" (and {len(stuck) - 1} more worker{'s' if len(stuck) > 2 else ''})"
     old = condition(conds.items, c.COND_NOT_STARTING) or {}

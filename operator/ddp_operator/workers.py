@@ -51,7 +51,8 @@ class WorkerPod:
     finalizers: tuple[str, ...] = ()
     deletion_time: str | None = None
     node_lost: str | None = None
-    not_starting: Waiting | None = None
+    not_starting: Waiting | None = None  # a container's (or, from Events, the pod's) holdup
+    scheduled: str | None = None  # when the pod was bound to its node (PodScheduled)
     gated: bool = False  # held by Kueue's admission scheduling gate
     queue_managed: bool = False  # Kueue's webhook took the pod
     stopped: str | None = None  # why Kueue stopped (evicted) the pod
@@ -161,13 +162,13 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
             reason = status.get("reason")
             message = status.get("message") or message
 
-    unschedulable = None
+    unschedulable = scheduled = None
     for cond in status.get("conditions") or []:
-        if (
-            cond.get("type") == "PodScheduled"
-            and cond.get("status") == "False"
-            and cond.get("reason") == "Unschedulable"
-        ):
+        if cond.get("type") != "PodScheduled":
+            continue
+        if cond.get("status") == "True":
+            scheduled = cond.get("lastTransitionTime")
+        elif cond.get("reason") == "Unschedulable":
             unschedulable = cond.get("message") or "unschedulable"
 
     owner_uid, owner = controller(meta)
@@ -189,6 +190,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         deletion_time=meta.get("deletionTimestamp"),
         node_lost=_node_lost(status),
         not_starting=_not_starting(status),
+        scheduled=scheduled,
         gated=any(g.get("name") == c.KUEUE_GATE for g in spec.get("schedulingGates") or ()),
         queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
         stopped=_stopped(status),

@@ -35,9 +35,14 @@ ctr_() { "$bin/ctr" --address "$sock" --namespace k8s.io "$@"; }
 alive() { [[ -e /proc/$1 && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
 pid_of() { [[ -f "$rn/$1.pid" ]] && alive "$(<"$rn/$1.pid")" && cat "$rn/$1.pid"; }
 
+# The node's daemons run on its own binaries only (build.sh real-node: its runc, its shim, its CNI
+# plugins), never on a host's Docker or containerd installation that comes first on a PATH (a
+# host containerd's shim from /usr/bin once failed every sandbox): they get this PATH, and the
+# runtime's shim and runc are named by their full paths (containerd.toml).
 tools() {
   bin="$("$here/build.sh" real-node)"
-  runc="$(command -v runc)" || die "runc is missing: apt-get install runc"
+  runc="$bin/runc"
+  node_path="$bin:/usr/sbin:/usr/bin:/sbin:/bin"
 }
 
 # render TEMPLATE OUT: realnode/TEMPLATE with each setting (an upper-case word between at signs)
@@ -54,11 +59,13 @@ render() {
 }
 
 # daemon NAME CMD...: starts CMD in a session of its own, its output in NAME.log, its pid in
-# NAME.pid, unless it runs.
+# NAME.pid, unless it runs; on the node's PATH (tools).
 daemon() {
-  local name=$1; shift
+  local name=$1 cmd; shift
   pid_of "$name" >/dev/null && return 0
-  setsid "$@" >>"$rn/$name.log" 2>&1 </dev/null &
+  cmd="$(command -v "$1")" || die "$1 is missing (hack/prereqs.sh cluster names what to install)"
+  shift
+  setsid env PATH="$node_path" "$cmd" "$@" >>"$rn/$name.log" 2>&1 </dev/null &
   echo $! >"$rn/$name.pid"
 }
 
