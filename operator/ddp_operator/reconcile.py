@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import constants as c
-from . import kueue, obstacles, outcomes, startup
+from . import kueue, obstacles, outcomes, recovery, startup
 from .builders import worker_name
 from .conditions import (
     NORMAL,
@@ -164,7 +164,7 @@ def plan(
         if current:
             return finish(result)
 
-    # 6. Success, then failure (a whole-group restart while the backoff limit allows).
+    # 6. Success, then failure: what it means for the job is ``recovery``'s decision.
     reason = outcomes.succeeded(job, current)
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
@@ -172,25 +172,12 @@ def plan(
     excused = kueue.not_failures(evicted, attempt)
     failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt, excused)
     if failures:
-        cause = "; ".join(failures[:3])
-        if len(failures) > 3:
-            cause += f" (and {len(failures) - 3} more)"
-        if attempt >= job.backoff_limit:
-            return stop(
-                False,
-                "BackoffLimitExceeded",
-                f"{cause}; the group was restarted {attempt} times (backoffLimit "
-                f"{job.backoff_limit})",
-            )
+        decision = recovery.decide(job, failures, attempt)
+        if decision.action == recovery.FAIL:
+            return stop(False, decision.reason, decision.message)
         new["restarts"] = attempt + 1
         new["workers"] = _counts([])
-        message = (
-            f"{cause}; restarting all {job.nodes} workers "
-            f"(restart {attempt + 1} of {job.backoff_limit})"
-        )
-        conds.set(c.COND_RESTARTING, True, "WorkerFailed", message, WARNING)
-        conds.set(c.COND_CREATED, False, "Restarting", "the group is being recreated")
-        conds.set(c.COND_RUNNING, False, "Restarting", "the group is being recreated")
+        recovery.restarting(conds, decision)
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
 
