@@ -10,6 +10,7 @@
 #             and libseccomp (the pinned runc is built with cgo), debootstrap and buildah
 #             (image.sh), a host Python of exactly 3.11 (the images' wheels are fetched for it)
 #   test:     shellcheck (make lint)
+#   demo:     with KUBECONFIG (another cluster), kubectl
 # What is missing is installed from Debian's packages when this runs as root where apt-get is
 # (DDP_PREREQS_INSTALL=0 forbids it); otherwise it stops at once, naming each missing tool and
 # how to get it. Go is never installed (Debian's is too old): it must be there beforehand.
@@ -72,6 +73,7 @@ declare -A elsewhere=(
   [go]="Go $(go_wanted) or newer, from Go's own downloads (Debian's golang is too old)"
   [python3.11]="python3 must be Python 3.11 exactly for the real node's images (their wheels are fetched by it); DDP_REAL_NODE=0 leaves the real node out"
   [root]="the real node (a kubelet and containerd) needs root; DDP_REAL_NODE=0 leaves it out"
+  [kubectl]="kubectl, of a version your cluster (KUBECONFIG) supports"
 )
 
 needs=(make git python3 python3-venv python3-pip)
@@ -85,6 +87,8 @@ if [[ $local_cluster == 1 ]]; then
   fi
 fi
 if [[ $what == test ]]; then needs+=(shellcheck); fi
+# The demo on another cluster (KUBECONFIG) drives it with the kubectl found on the PATH.
+if [[ $what == demo && $local_cluster == 0 ]]; then needs+=(kubectl); fi
 
 missing() {
   local n
