@@ -37,6 +37,9 @@ class EventReader:
             task = asyncio.ensure_future(
                 self.kube.list_events(namespace, kubelet_events.FIELD_SELECTOR)
             )
+            # Its error is every asker's to handle (explain); none is left unretrieved when
+            # an asker was cancelled meanwhile.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._lists[namespace] = (now, task)
         return await asyncio.shield(self._lists[namespace][1])
 
