@@ -2,13 +2,13 @@
 # Every tool a make target will need, checked before it starts anything:
 # `hack/prereqs.sh demo|test|cluster` (make demo, make test, make cluster-up and the targets
 # built on it call it first; .ci/run through make test).
-#   all:      make, git, Python >= 3.11 with venv and pip (the project's .venv)
+#   all:      make, git, Python >= 3.11 with venv (the project's .venv)
 #   cluster:  the local cluster (demo and test only without KUBECONFIG): Go >= the newest `go`
 #             line of hack/cluster/*/go.mod, curl, flock, procps, openssl (the webhooks'
 #             certificates of Kueue, Volcano, JobSet); and for its real node (unless
 #             DDP_REAL_NODE=0), as root: iproute2, iptables, socat (realnode.sh), gcc, pkg-config
 #             and libseccomp (the pinned runc is built with cgo), debootstrap and buildah
-#             (image.sh), a host Python of exactly 3.11 (the images' wheels are fetched for it)
+#             (image.sh), a host Python of exactly 3.11 and pip3 (it fetches the images' wheels)
 #   test:     shellcheck (make lint)
 #   demo:     with KUBECONFIG (another cluster), kubectl
 # What is missing is installed from Debian's packages when this runs as root where apt-get is
@@ -28,12 +28,12 @@ go_wanted() {
   sed -n 's/^go \([0-9.]*\)$/\1/p' "$root"/hack/cluster/*/go.mod | sort -V | tail -n 1
 }
 
-# What python3 is and has, asked once: "VERSION ensurepip venv pip" (a module it lacks is left
-# out), in python_facts.
+# What python3 is and has, asked once: "VERSION ensurepip venv" (a module it lacks is left out),
+# in python_facts.
 learn_python() {
   python_facts="$(python3 -c 'import sys
 from importlib.util import find_spec as has
-print("%d.%d" % sys.version_info[:2], *(m for m in ("ensurepip", "venv", "pip") if has(m)))' \
+print("%d.%d" % sys.version_info[:2], *(m for m in ("ensurepip", "venv") if has(m)))' \
     2>/dev/null || true)"
 }
 learn_python
@@ -49,7 +49,7 @@ has() {
     python3) python_is 3.11 min ;;
     python3.11) python_is 3.11 exact ;;
     python3-venv) [[ " $python_facts " == *" ensurepip venv "* ]] ;;
-    python3-pip) [[ " $python_facts " == *" pip "* ]] ;;
+    python3-pip) command -v pip3 >/dev/null ;;
     go)
       local v
       v="$(go env GOVERSION 2>/dev/null)" || return 1
@@ -76,13 +76,13 @@ declare -A elsewhere=(
   [kubectl]="kubectl, of a version your cluster (KUBECONFIG) supports"
 )
 
-needs=(make git python3 python3-venv python3-pip)
+needs=(make git python3 python3-venv)
 local_cluster=0
 if [[ $what == cluster || -z "${KUBECONFIG:-}" ]]; then local_cluster=1; fi
 if [[ $local_cluster == 1 ]]; then
   needs+=(go curl flock setsid pgrep openssl)
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
-    needs+=(root python3.11 ip ss iptables socat sysctl mount gcc pkg-config
+    needs+=(root python3.11 python3-pip ip ss iptables socat sysctl mount gcc pkg-config
       libseccomp debootstrap buildah)
   fi
 fi

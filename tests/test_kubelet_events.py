@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from ddp_operator import jobview, kubelet_events
 from ddp_operator.jobspec import resolve
 from ddp_operator.reconcile import plan
-from ddp_operator.workers import Waiting, WorkerPod
+from ddp_operator.workers import Waiting, WorkerPod, observe
 
 from jobs import ddpjob
 
@@ -37,10 +37,30 @@ def test_only_workers_bound_a_while_with_no_container_are_asked_about() -> None:
         own("w-3", 3, 0, uid="d", scheduled=None, node=None),  # not bound yet
         own("w-4", 4, 0, uid="e", scheduled=ago(10), not_starting=Waiting("t", "ErrImagePull")),
         own("w-5", 5, 0, uid="f", scheduled=ago(10), deleting=True),
+        own("w-6", 6, 0, uid="g", scheduled=ago(10), container_ran=True),  # init containers ran
     ]
     found, due = kubelet_events.stalled(pods, NOW)
     assert [p.name for p in found] == ["w-0"]
     assert due == 1.0
+
+
+def test_a_pod_whose_init_container_ran_is_past_its_sandbox_and_mounts() -> None:
+    def pod(init_state: dict) -> dict:
+        labels = {"ddp-operator.io/job-name": "j", "ddp-operator.io/worker-index": "0"}
+        waiting = {"state": {"waiting": {"reason": "PodInitializing"}}}
+        return {
+            "metadata": {"name": "j-worker-0", "uid": "p0", "labels": labels},
+            "spec": {"nodeName": "n", "containers": [{"name": "trainer"}]},
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [{"name": "fetch", "state": init_state}],
+                "containerStatuses": [{"name": "trainer", **waiting}],
+            },
+        }
+
+    assert observe(pod({"running": {}})).container_ran
+    assert observe(pod({"terminated": {"exitCode": 0}})).container_ran
+    assert not observe(pod({"waiting": {"reason": "PodInitializing"}})).container_ran
 
 
 def test_the_latest_warning_of_each_pod_is_its_word_and_the_schedulers_is_not() -> None:
@@ -49,13 +69,23 @@ def test_the_latest_warning_of_each_pod_is_its_word_and_the_schedulers_is_not() 
         event("a", "FailedMount", MOUNT, ago(50), series={"lastObservedTime": ago(1)}),
         event("a", "FailedCreatePodSandBox", "earlier", ago(30)),
         event("a", "FailedScheduling", "0/1 nodes are available", ago(0)),
-        event("b", "FailedCreatePodSandBox", "shim: not found", ago(5)),
+        event("a", "DNSConfigForming", "nameserver limits exceeded", ago(0)),  # not a holdup
+        event("b", "FailedCreatePodSandBox", "older", "2026-01-01T11:59:59Z"),
+        event(
+            "b",
+            "FailedCreatePodSandBox",
+            "shim: not found",
+            None,
+            eventTime="2026-01-01T11:59:59.900000Z",
+        ),
+        event("c", "FailedMount", "no time at all", None),
         event("x", "FailedMount", "another pod's", ago(0)),
     ]
-    said = kubelet_events.latest(events, ["a", "b"])
+    said = kubelet_events.latest(events, ["a", "b", "c"])
     assert said == {
         "a": Waiting("", "FailedMount", MOUNT),
         "b": Waiting("", "FailedCreatePodSandBox", "shim: not found"),
+        "c": Waiting("", "FailedMount", "no time at all"),
     }
 
 

@@ -79,7 +79,7 @@ def test_the_jobs_of_a_namespace_share_one_list_and_a_stalled_worker_gets_its_wo
     results = asyncio.run(two_jobs())
     assert lists() - before == 1  # one request answered both
     for explained, again in results:
-        assert again == 5.0
+        assert again == 5.0  # while a worker stays stalled
         assert explained[1].not_starting == Waiting("", "FailedMount", "no cfg")
         assert explained[0].not_starting is None  # the scheduler's word is not the kubelet's
     started = [dataclasses.replace(p, phase="Running") for p in pods]

@@ -77,7 +77,15 @@ class Api:
             for p in pods
         ):
             return []
-        found = self.core.list_namespaced_event(ns, field_selector=kubelet_events.FIELD_SELECTOR)
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            found = self.core.list_namespaced_event(
+                ns, field_selector=kubelet_events.FIELD_SELECTOR
+            )
+        except ApiException as exc:  # e.g. not allowed to list Events: the rest still shows
+            print(f"(the pods' Events could not be read: {_message(exc)})", file=sys.stderr)
+            return []
         return self.api.sanitize_for_serialization(found).get("items") or []
 
 

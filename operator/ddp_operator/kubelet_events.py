@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .conditions import parse_time
@@ -23,20 +23,36 @@ from .workers import Waiting, WorkerPod
 STALLED_AFTER = timedelta(seconds=2)
 # While some worker stays stalled, its Events are read again this often.
 RECHECK_SECONDS = 5.0
-# The Events asked for: Warnings about pods (the API server filters; a namespace at a time).
-FIELD_SELECTOR = "involvedObject.kind=Pod,type=Warning"
-# Warnings about a pod that are not the kubelet's or the volume controllers' word on starting
-# it: the scheduler's (a bound pod has left them behind; ``startup`` reports its own).
-NOT_STARTING = frozenset({"FailedScheduling"})
+# The Events asked for: Warnings about pods but the schedulers' (a bound pod has left those
+# behind, ``startup`` reports its own, and a pending gang's would fill the page); the API server
+# filters, a namespace at a time.
+FIELD_SELECTOR = "involvedObject.kind=Pod,type=Warning,reason!=FailedScheduling"
+# The kubelet's and the volume controllers' reasons for a pod that cannot get to its first
+# container. Other Warnings (DNSConfigForming, NodeNotReady...) do not hold it there.
+BEFORE_FIRST_CONTAINER = frozenset(
+    {
+        "FailedCreatePodSandBox",
+        "FailedCreatePodContainer",
+        "FailedPodSandBoxStatus",
+        "NetworkNotReady",
+        "FailedMount",
+        "FailedMapVolume",
+        "FailedAttachVolume",
+    }
+)
+EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 def stalled(pods: Iterable[WorkerPod], now: datetime) -> tuple[list[WorkerPod], float | None]:
-    """The workers bound to a node for STALLED_AFTER or longer with no container started nor a
-    container's waiting reason to show; and seconds until the next one would be, if any."""
+    """The workers bound to a node for STALLED_AFTER or longer with no container (init
+    containers too) that runs or has run, nor a container's waiting reason to show; and seconds
+    until the next one would be, if any."""
     found, due = [], None
     for pod in pods:
         since = parse_time(pod.scheduled)
-        if pod.deleting or pod.phase != "Pending" or pod.not_starting or since is None:
+        if pod.deleting or pod.phase != "Pending" or pod.not_starting or pod.container_ran:
+            continue
+        if since is None:
             continue
         left = (since + STALLED_AFTER - now).total_seconds()
         if left <= 0:
@@ -46,30 +62,26 @@ def stalled(pods: Iterable[WorkerPod], now: datetime) -> tuple[list[WorkerPod], 
     return found, due
 
 
-def _when(event: Mapping[str, Any]) -> str:
-    """The event's latest occurrence, as a sortable RFC 3339 string."""
+def _when(event: Mapping[str, Any]) -> datetime:
+    """The event's latest occurrence (EPOCH if it says none)."""
     series = event.get("series") or {}
-    return max(
-        str(t)
-        for t in (
-            series.get("lastObservedTime"),
-            event.get("lastTimestamp"),
-            event.get("eventTime"),
-            (event.get("metadata") or {}).get("creationTimestamp"),
-            "",
-        )
-        if t
+    stamps = (
+        series.get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        (event.get("metadata") or {}).get("creationTimestamp"),
     )
+    return max((t for s in stamps if (t := parse_time(str(s) if s else None))), default=EPOCH)
 
 
 def latest(events: Iterable[Mapping[str, Any]], uids: Iterable[str]) -> dict[str, Waiting]:
-    """For each pod UID of ``uids``, its latest Warning Event about starting, as a Waiting with
-    no container: the pod is what waits."""
+    """For each pod UID of ``uids``, its latest Warning Event of a reason that holds a pod before
+    its first container, as a Waiting with no container: the pod is what waits."""
     wanted = set(uids)
-    best: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    best: dict[str, tuple[datetime, Mapping[str, Any]]] = {}
     for event in events:
         uid = (event.get("involvedObject") or {}).get("uid")
-        if uid not in wanted or event.get("reason") in NOT_STARTING:
+        if uid not in wanted or event.get("reason") not in BEFORE_FIRST_CONTAINER:
             continue
         when = _when(event)
         if uid not in best or when >= best[uid][0]:

@@ -153,6 +153,7 @@ class JobRunner:
             try:
                 job = resolve(self.body)
                 pods = await self.pods(self.key)
+                pods, _ = await stalls.explain(self.events, job, pods, now)
             except SpecError:
                 plan = reconcile.rejected(self.status, failure, now, generation)
             except PodsUnseen:

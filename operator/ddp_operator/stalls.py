@@ -68,4 +68,5 @@ async def explain(
         }
     else:
         said = kubelet_events.latest(events, (p.uid for p in stuck if p.uid))
-    return kubelet_events.merged(pods, said), kubelet_events.RECHECK_SECONDS
+    again = kubelet_events.RECHECK_SECONDS
+    return kubelet_events.merged(pods, said), again if due is None else min(again, due)

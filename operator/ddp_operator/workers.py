@@ -53,6 +53,7 @@ class WorkerPod:
     node_lost: str | None = None
     not_starting: Waiting | None = None  # a container's (or, from Events, the pod's) holdup
     scheduled: str | None = None  # when the pod was bound to its node (PodScheduled)
+    container_ran: bool = False  # some (init) container has run or runs: past sandbox and mounts
     gated: bool = False  # held by Kueue's admission scheduling gate
     queue_managed: bool = False  # Kueue's webhook took the pod
     stopped: str | None = None  # why Kueue stopped (evicted) the pod
@@ -123,6 +124,19 @@ def _not_starting(status: Mapping[str, Any]) -> Waiting | None:
     return None
 
 
+def _container_ran(status: Mapping[str, Any]) -> bool:
+    """Whether any container of the pod (init containers too) runs or has run."""
+    for cs in [
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ]:
+        state, last = cs.get("state") or {}, cs.get("lastState") or {}
+        ran = (state.get("running"), state.get("terminated"), last.get("terminated"))
+        if any(s is not None for s in ran):
+            return True
+    return False
+
+
 def _stopped(status: Mapping[str, Any]) -> str | None:
     """Kueue's reason and message when it stopped the pod (evicted or preempted its group)."""
     for cond in status.get("conditions") or []:
@@ -191,6 +205,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         node_lost=_node_lost(status),
         not_starting=_not_starting(status),
         scheduled=scheduled,
+        container_ran=_container_ran(status),
         gated=any(g.get("name") == c.KUEUE_GATE for g in spec.get("schedulingGates") or ()),
         queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
         stopped=_stopped(status),
