@@ -131,6 +131,16 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 
 
 @pytest.fixture
+def quiet(cluster: Cluster, crd: str) -> Iterator[str]:
+    """A fresh namespace no operator watches (the session's watches ``ddpt-*``), with the CRD."""
+    name = f"ddpq-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(name).items, what="sa")
+    yield name
+    cluster.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
 def pool(cluster: Cluster, namespace: str) -> Iterator[str]:
     """4 fake nodes of 8 GPUs that only this test's pods tolerate; deleted after it."""
     if not cluster.local:

@@ -5,8 +5,6 @@ foreign Service of the job's name stops it before any pod."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,21 +15,11 @@ from ddp_operator.jobspec import JobSpec, resolve
 from ddp_operator.kube import Kube
 
 from harness import jobs
-from harness.cluster import Cluster, wait_for
+from harness.cluster import Cluster
 from harness.jobs import workers
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster]
-
-
-@pytest.fixture
-def quiet(cluster: Cluster, crd: str) -> Iterator[str]:
-    """A namespace no operator watches (the session's watches ``ddpt-*``)."""
-    ns = f"ddpc-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": ns}})
-    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, what="sa")
-    yield ns
-    cluster.core.delete_namespace(ns, propagation_policy="Background")
 
 
 def job(cluster: Cluster, ns: str, name: str, **template: Any) -> JobSpec:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -25,15 +24,6 @@ from harness.realnode import kubectl_ddp, trainer_job
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster]
-
-
-@pytest.fixture
-def quiet(cluster: Cluster, crd: str) -> Iterator[str]:
-    """A namespace no operator watches (the session's watches ``ddpt-*``)."""
-    ns = f"ddpe-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": ns}})
-    yield ns
-    cluster.core.delete_namespace(ns, propagation_policy="Background")
 
 
 def warning(ns: str, uid: str, reason: str, message: str) -> dict:

@@ -50,9 +50,9 @@ def stalled(pods: Iterable[WorkerPod], now: datetime) -> tuple[list[WorkerPod], 
     found, due = [], None
     for pod in pods:
         since = parse_time(pod.scheduled)
-        if pod.deleting or pod.phase != "Pending" or pod.not_starting or pod.container_ran:
-            continue
-        if since is None:
+        # past (or not at) the stage before the first container, or already explained:
+        past = pod.deleting or pod.phase != "Pending" or pod.not_starting or pod.container_ran
+        if past or since is None:
             continue
         left = (since + STALLED_AFTER - now).total_seconds()
         if left <= 0:
