@@ -40,6 +40,7 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
     """The RESULT line's figures: *_ratio_raw is ours/raw; *_ratio_<peer> is peer/ours."""
     t = lambda who, s: median_time(res, who, s)  # noqa: E731
     s4 = res.get("s4") or {}
+    s7 = res.get("s7") or {}
     return {
         "s1_ratio_raw": t("ours", "s1") / t("raw", "s1"),
         "s1_ratio_jobset": t("jobset", "s1") / t("ours", "s1"),
@@ -51,7 +52,13 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
         "cpu_ratio_jobset": cpu_per_1000_pods(res, "jobset", "s2")
         / cpu_per_1000_pods(res, "ours", "s2"),
         "s6_ratio_jobset": t("jobset", "s6") / t("ours", "s6"),
+        "s7_inplace_speedup": _median(s7.get("Recreate")) / _median(s7.get("InPlace")),
+        "s7_elastic_speedup": NAN,  # elastic replacement is not built yet (issue 24)
     }
+
+
+def _median(values: list[float] | None) -> float:
+    return statistics.median(values) if values else NAN
 
 
 def result_line(r: dict[str, float]) -> str:

@@ -26,6 +26,7 @@ from cost import memory_mb
 from podwatch import Stalled
 from report import CONTENDERS, write
 from scenarios.completion import completion, percentile
+from scenarios.recovery import available, recovery
 from scenarios.restart import restart
 from scenarios.scale import scale
 from scenarios.startup import startup
@@ -55,6 +56,9 @@ FULL = {
 S5 = ("raw", "ours", "jobset")  # Kubeflow's 20 requests per second would take minutes
 # Kubeflow runs S2 once: its client's 20 requests per second make each run long (45 s for the
 # quick run's 50 jobs) and alike; the others run it 3 times (the median).
+
+
+S7_RUNS = 5  # failures per restart strategy: the median of 5
 
 
 def contender_runs(ct: Contender, sizes: dict[str, int], res: dict[str, Any]) -> None:
@@ -152,6 +156,14 @@ def main() -> int:
             # The last scenario: its thousands of pods are left to go while the report is made.
             ours.cluster.drop(*ours.used, wait=False)
             log(f"S4: {res['s4']}")
+        if "ours" in wanted:
+            ours = Ours(cluster, pool)
+            if available(ours):
+                log(f"S7: recovery on the real node, {S7_RUNS} failures per restart strategy")
+                with ours.running():
+                    res["s7"] = recovery(ours, S7_RUNS)
+            else:
+                log("S7 left out: no local real node (hack/cluster/realnode.sh)")
     except Stalled as exc:
         log(f"cannot measure: {exc}")
         return 1

@@ -31,6 +31,8 @@ KEYS = [
     "s4_rss_mb",
     "cpu_ratio_jobset",
     "s6_ratio_jobset",
+    "s7_inplace_speedup",
+    "s7_elastic_speedup",
 ]
 
 
@@ -59,6 +61,7 @@ def results(*contenders: str) -> dict[str, Any]:
             "peak_rss_mb": 101.0,
             "cpu_per_1000_pods": 30.0,
         },
+        "s7": {"InPlace": [2.0, 1.0, 3.0], "Recreate": [6.0, 4.0, 5.0]},
     }
     for who in contenders:
         res["runs"][who] = {
@@ -80,6 +83,8 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["s6_ratio_jobset"] == "1.50"
     assert got["cpu_ratio_jobset"] == "1.50"  # kwok (the kubelets' stand-in) is not counted
     assert got["s3_p99_ms"] == "300" and got["s4_rss_mb"] == "101"
+    assert got["s7_inplace_speedup"] == "2.50"  # Recreate's median over InPlace's
+    assert got["s7_elastic_speedup"] == "nan"  # not built yet
 
 
 def test_a_contender_that_did_not_run_is_nan_never_a_number():

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 from . import constants as c
+from .inplace_pod import make_in_place
 from .jobspec import JobSpec, SpecError
 
 Manifest = dict[str, Any]
@@ -219,8 +220,11 @@ def join_queue(job: JobSpec, labels: dict[str, str], annotations: dict[str, str]
     annotations[c.KUEUE_TOTAL_ANNOTATION] = str(job.nodes)
 
 
-def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
-    """Pod ``<job>-worker-<index>`` of the given restart attempt."""
+def build_worker_pod(
+    job: JobSpec, index: int, attempt: int = 0, in_place: bool = False
+) -> Manifest:
+    """Pod ``<job>-worker-<index>`` of the given restart attempt; ``in_place``: one the kubelet
+    can restart where it stands (``inplace_pod``)."""
     template = copy.deepcopy(dict(job.template))
     meta = template.get("metadata") or {}
     pod_spec: dict[str, Any] = template.get("spec") or {}
@@ -235,13 +239,14 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     name = worker_name(job, index)
     pod_spec["hostname"] = name
     pod_spec["subdomain"] = job.name
-    pod_spec["restartPolicy"] = "Never"  # the operator restarts the whole group, never one pod
+    pod_spec["restartPolicy"] = "Never"  # the group restarts whole: recreated, or by the rules
     if job.scheduler_name:
         pod_spec["schedulerName"] = job.scheduler_name
     join_gang(job, labels, annotations, pod_spec)
     join_queue(job, labels, annotations)
 
-    trainer = pod_spec["containers"][trainer_index(pod_spec)]
+    at = trainer_index(pod_spec)
+    trainer = pod_spec["containers"][at]
     trainer["env"] = _merge_env(trainer.get("env") or [], build_env(job, index, attempt))
     ports = trainer.setdefault("ports", [])
     if not any(p.get("containerPort") == job.master_port for p in ports):
@@ -259,4 +264,7 @@ def build_worker_pod(job: JobSpec, index: int, attempt: int = 0) -> Manifest:
     }
     if annotations:
         metadata["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    if in_place:
+        make_in_place(pod, at, attempt)
+    return pod

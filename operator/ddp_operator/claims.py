@@ -12,8 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import builders, gang, obstacles
-from .failures import GangUnavailable, NameConflict, StepFailed
+from . import builders, gang, inplace_pod, obstacles
+from .failures import (
+    GangUnavailable,
+    InPlaceRefused,
+    NameConflict,
+    StepFailed,
+    api_message,
+    refuses_in_place,
+)
 from .jobspec import JobSpec
 from .kube import Kube, NotServed
 from .steps import all_steps, step
@@ -45,8 +52,7 @@ async def create_group(
     created (False: the job's exists), and False if an object went meanwhile (the next pass
     creates it)."""
     if fresh:
-        name = pods[0]["metadata"]["name"]
-        await step(f"checking pod {name} (dry run)", kube.create_pod(pods[0], dry_run=True))
+        await check(kube, pods[0])
     found = await create_gang(kube, job, pods[0])
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
@@ -57,6 +63,23 @@ async def create_group(
         if not ok:  # a pod of that name exists: the job's (the watch lags) or someone else's
             found = await check_owner(kube, job, "Pod", pod["metadata"]["name"]) and found
     return created, found
+
+
+async def check(kube: Kube, pod: Manifest) -> None:
+    """Let the API server check a pod (dry run): InPlaceRefused if it refuses, or drops, what
+    an in-place pod carries; StepFailed for any other refusal."""
+    what = f"checking pod {pod['metadata']['name']} (dry run)"
+    try:
+        checked = await kube.dry_run_pod(pod)
+    except Exception as exc:
+        if inplace_pod.carried(pod) and refuses_in_place(exc):
+            raise InPlaceRefused(f"{what}: {api_message(exc)}") from exc
+        raise StepFailed(what, exc) from exc
+    if checked is not None and inplace_pod.carried(pod) and not inplace_pod.carried(checked):
+        raise InPlaceRefused(
+            f"{what}: the API server dropped the trainer's restartPolicyRules (its "
+            "RestartAllContainersOnContainerExits feature gate is off)"
+        )
 
 
 async def create_gang(kube: Kube, job: JobSpec, pod: Mapping[str, Any]) -> bool:

@@ -123,6 +123,27 @@ COND_BLOCKED = "Blocked"
 COND_GANG = "GangScheduled"
 COND_QUEUED = "Queued"
 COND_ADMITTED = "Admitted"
+COND_IN_PLACE = "InPlaceRestart"  # False (with why) where the cluster refuses in-place pods
+
+# Restart strategies (spec.restartStrategy): a failed group restarts in place (the kubelet
+# restarts every container of every worker pod: Kubernetes 1.35+ RestartAllContainers) or is
+# deleted and created again.
+RESTART_IN_PLACE = "InPlace"
+RESTART_RECREATE = "Recreate"
+# What an in-place worker pod carries: its attempt as an annotation (DDP_ATTEMPT is taken from it
+# at each start), a gate init container that holds a restarted pod until the operator tells it
+# its next attempt, and a sidecar that exits RESTART_EXIT_CODE (its rule: RestartAllContainers)
+# once the pod's attempt moves on.
+ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
+GATE_CONTAINER = "ddp-attempt-gate"
+WATCH_CONTAINER = "ddp-attempt-watch"
+ATTEMPT_VOLUME = "ddp-attempt"
+STATE_VOLUME = "ddp-attempt-state"
+RESTART_EXIT_CODE = 86
+IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the gate, and what a node declares
+# The kubelet begins an in-place restart within seconds (measured: 3 s); one that has not begun
+# this long after the operator asked for it is not coming (a kubelet without the feature).
+IN_PLACE_TIMEOUT_SECONDS = 60
 
 # Success and clean-up policies.
 SUCCESS_ALL_WORKERS = "AllWorkers"

@@ -41,6 +41,24 @@ class GangUnavailable(Exception):
     """The cluster does not serve the API of the job's gang scheduler: no pod is created."""
 
 
+class InPlaceRefused(Exception):
+    """The API server refused (or dropped) what an in-place pod carries (``inplace_pod``): the
+    job's pods are built to be recreated instead, and the job says why."""
+
+
+# What the API server names when it refuses an in-place pod's additions: an unknown or disabled
+# field or action (RestartAllContainersOnContainerExits or ContainerRestartRules off), or a
+# policy against them.
+IN_PLACE_WORDS = ("restartpolicyrules", "restartallcontainers", "restartpolicy:")
+
+
+def refuses_in_place(exc: BaseException) -> bool:
+    """Whether an API error refuses the additions of an in-place pod (not the user's template)."""
+    status = getattr(exc, "status", None)
+    lower = api_message(exc).lower()
+    return status in (400, 403, 422) and any(w in lower for w in IN_PLACE_WORDS)
+
+
 class StepFailed(Exception):
     """An error met in one named step of executing a plan (e.g. "creating pod a-worker-0")."""
 

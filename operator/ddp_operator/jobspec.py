@@ -78,6 +78,7 @@ class JobSpec:
     scheduler_name: str | None = None
     gang: Gang | None = None
     queue: Queue | None = None
+    restart_strategy: str = c.RESTART_IN_PLACE
 
     @property
     def kind_name(self) -> str:
@@ -183,7 +184,18 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         scheduler_name=spec.get("schedulerName"),
         gang=_gang(spec.get("gangScheduling"), name),
         queue=_queue(meta, name),
+        restart_strategy=_restart_strategy(spec),
     )
+
+
+def _restart_strategy(spec: Mapping[str, Any]) -> str:
+    strategy = spec.get("restartStrategy") or c.RESTART_IN_PLACE
+    if strategy not in (c.RESTART_IN_PLACE, c.RESTART_RECREATE):
+        raise SpecError(
+            f"spec.restartStrategy must be {c.RESTART_IN_PLACE} or {c.RESTART_RECREATE}, "
+            f"not {strategy!r}"
+        )
+    return str(strategy)
 
 
 # What each scheduler's group object can express beyond its minimum (the CRD says the same).

@@ -185,12 +185,23 @@ class Kube:
         """Create a Service; False if one of that name exists already."""
         return await self._create("create_service", CORE, manifest, plural="services")
 
-    async def create_pod(self, manifest: Mapping[str, Any], dry_run: bool = False) -> bool:
-        """Create a pod (or only let the API server check it: ``dry_run``); False if one of that
-        name exists already."""
-        verb = "create_pod_dry_run" if dry_run else "create_pod"
-        query = "dryRun=All" if dry_run else ""
-        return await self._create(verb, CORE, manifest, query, plural="pods")
+    async def create_pod(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a pod; False if one of that name exists already."""
+        return await self._create("create_pod", CORE, manifest, plural="pods")
+
+    async def dry_run_pod(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The pod as the API server would create it (admission and defaults applied, nothing
+        stored); None if one of that name exists already."""
+        path = _path(CORE, namespace=manifest["metadata"]["namespace"], plural="pods")
+        try:
+            data = await self._call(
+                "create_pod_dry_run", "POST", path, manifest, query="dryRun=All"
+            )
+        except ApiException as exc:
+            if exc.status == CONFLICT:
+                return None
+            raise
+        return json.loads(data)
 
     async def create_object(
         self, group: str, version: str, plural: str, manifest: Manifest

@@ -12,6 +12,9 @@ from prometheus_client.registry import Collector
 PHASES = ("Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 GROUP_RESTARTS = Counter("ddp_operator_group_restarts", "Whole-group restarts the operator started")
+IN_PLACE_RESTARTS = Counter(
+    "ddp_operator_in_place_restarts", "Group restarts done in place (also in group_restarts)"
+)
 PODS_CREATED = Counter("ddp_operator_pods_created", "Worker pods created")
 API_REQUESTS = Counter(
     "ddp_operator_api_requests", "API requests made by the operator", ["verb", "code"]

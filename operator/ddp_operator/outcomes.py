@@ -31,7 +31,7 @@ def failures(
                 continue
             if created or (worker_name(job, i), attempt) in seen:
                 found.append(f"{worker_name(job, i)} was deleted")
-        elif pod.phase == "Failed":
+        elif pod.phase == "Failed" or (pod.failed_in_place and pod.attempt_now == attempt):
             found.append(pod.describe_end())
         elif pod.deleting and pod.phase != "Succeeded" and pod.node_lost:
             found.append(f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})")

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import constants as c
-from . import kueue, obstacles, outcomes, recovery, startup
+from . import inplace, kueue, obstacles, outcomes, recovery, startup
 from .builders import worker_name
 from .conditions import (
     NORMAL,
@@ -43,6 +43,8 @@ class Plan:
     own: list[WorkerPod] = field(default_factory=list)  # the observed pods the job controls
     mark_unretriable: list[WorkerPod] = field(default_factory=list)  # for Kueue, once over
     release: list[WorkerPod] = field(default_factory=list)  # Kueue's finalizer to take off
+    tell: list[WorkerPod] = field(default_factory=list)  # in-place pods to give the attempt
+    in_place: bool = False  # new pods are built to restart in place
 
     @property
     def attempt(self) -> int:
@@ -77,17 +79,21 @@ def plan(
     seen: Collection[tuple[str, int]] = (),
     evicted: Mapping[tuple[str, int], str] = MappingProxyType({}),
     told: kueue.Holdup | None = None,
+    refused: str | None = None,
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
     pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
     same attempt), those Kueue removed (``evicted``: why), why Kueue holds the group (``told``,
-    from its Workload) and, if the last attempt to act failed, that failure."""
+    from its Workload), why the API server refused in-place pods (``refused``) and, if the last
+    attempt to act failed, that failure."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
-    attempt = max([int(status.get("restarts") or 0), *(p.attempt for p in pods)])
+    attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
     conds = Conditions(status.get("conditions") or [], now, generation)
-    current = {p.index: p for p in pods if p.attempt == attempt and p.index < job.nodes}
+    if refused:
+        conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", refused, WARNING)
+    current = {p.index: p for p in pods if p.index < job.nodes and inplace.belongs(p, attempt)}
     chosen = {id(p) for p in current.values()}  # by identity: `in` a list is O(N) field-wise
     stale = [p for p in pods if id(p) not in chosen]
     new: dict[str, Any] = {
@@ -97,7 +103,7 @@ def plan(
         "completionTime": status.get("completionTime"),
         "workers": _counts(p for p in current.values() if not p.deleting),
     }
-    result = Plan(status=new, own=pods)
+    result = Plan(status=new, own=pods, in_place=inplace.wanted(job, conds.items))
     # What blocks the job, most recent first: (reason, message).
     blockers: list[tuple[str, str]] = []
     if failure is not None:
@@ -171,13 +177,18 @@ def plan(
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
     excused = kueue.not_failures(evicted, attempt)
     failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt, excused)
-    if failures:
-        decision = recovery.decide(job, failures, attempt)
+    stuck = inplace.stuck(current.values(), attempt, status, now)
+    if failures or stuck:
+        obstacle = inplace.obstacle(job, current, stuck)
+        decision = recovery.decide(job, failures + stuck, attempt, obstacle)
         if decision.action == recovery.FAIL:
             return stop(False, decision.reason, decision.message)
         new["restarts"] = attempt + 1
-        new["workers"] = _counts([])
         recovery.restarting(conds, decision)
+        if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
+            result.tell = [p for p in current.values() if not p.deleting]
+            return finish(result)
+        new["workers"] = _counts([])
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
 
@@ -186,6 +197,8 @@ def plan(
     #    the old one at the master's address, and the two would train together; seen in real
     #    containers) and unless a pod of that name exists (a foreign one: reported).
     result.delete = [p for p in stale if not p.deleting]
+    result.tell = inplace.to_tell(current.values(), attempt)
+    result.recheck_in(inplace.recheck(current.values(), attempt))
     taken = {p.name for p in observed}
     missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
     result.create = [] if stale else [i for name, i in missing.items() if name not in taken]
@@ -224,7 +237,9 @@ def plan(
     result.recheck_in(kueue.report(conds, live, job, told))
 
     # 9. Running once every worker has started (finished workers count as started).
-    started = len(live) == job.nodes and all(p.phase in ("Running", "Succeeded") for p in live)
+    started = len(live) == job.nodes and all(
+        p.phase in ("Running", "Succeeded") and not inplace.behind(p, attempt) for p in live
+    )
     if started:
         conds.set(c.COND_RUNNING, True, "AllWorkersRunning", f"{job.nodes} workers running", NORMAL)
         conds.clear(

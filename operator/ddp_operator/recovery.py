@@ -1,9 +1,9 @@
 """What a failure means for a job: the decision ``reconcile.plan`` takes (its step 6) once some
 workers of the current attempt failed, vanished or are being removed. Pure.
 
-Today there are two answers: restart the whole group as a new attempt (every pod deleted, then
-created again: ``RECREATE``) while ``backoffLimit`` allows, else fail the job. Other ways to
-recover (in place, one worker of an elastic group) are further answers of ``decide``.
+While ``backoffLimit`` allows, the group restarts as a new attempt: in place where it can
+(``IN_PLACE``: the same pods restart their containers, see ``inplace``), else by deleting every
+pod and creating them again (``RECREATE``); past it, the job fails.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from .conditions import WARNING, Conditions
 from .jobspec import JobSpec
 
 RECREATE = "Recreate"
+IN_PLACE = "InPlace"
 FAIL = "Fail"
 SHOWN = 3  # failures named in a message; the rest are counted
 
 
 @dataclass(frozen=True)
 class Decision:
-    """How the job answers its failed workers: ``action`` (RECREATE or FAIL), with the
-    reason and message its conditions and Event carry."""
+    """How the job answers its failed workers: ``action`` (IN_PLACE, RECREATE or FAIL), with
+    the reason and message its conditions and Event carry."""
 
     action: str
     reason: str
@@ -37,8 +38,9 @@ def cause(failures: list[str]) -> str:
     return text
 
 
-def decide(job: JobSpec, failures: list[str], attempt: int) -> Decision:
-    """The answer to ``failures`` (non-empty) in attempt ``attempt`` (restarts so far)."""
+def decide(job: JobSpec, failures: list[str], attempt: int, obstacle: str | None) -> Decision:
+    """The answer to ``failures`` (non-empty) in attempt ``attempt`` (restarts so far);
+    ``obstacle``: why the group cannot restart in place (None: it can)."""
     why = cause(failures)
     if attempt >= job.backoff_limit:
         return Decision(
@@ -46,15 +48,25 @@ def decide(job: JobSpec, failures: list[str], attempt: int) -> Decision:
             "BackoffLimitExceeded",
             f"{why}; the group was restarted {attempt} times (backoffLimit {job.backoff_limit})",
         )
+    count = f"restart {attempt + 1} of {job.backoff_limit}"
+    if obstacle is None:
+        return Decision(
+            IN_PLACE,
+            "RestartingInPlace",
+            f"{why}; restarting all {job.nodes} workers in place ({count})",
+        )
+    if job.restart_strategy == c.RESTART_IN_PLACE:
+        count += f"; not in place: {obstacle}"
     return Decision(
-        RECREATE,
-        "WorkerFailed",
-        f"{why}; restarting all {job.nodes} workers (restart {attempt + 1} of {job.backoff_limit})",
+        RECREATE, "WorkerFailed", f"{why}; restarting all {job.nodes} workers ({count})"
     )
 
 
 def restarting(conds: Conditions, decision: Decision) -> None:
     """The conditions of a group being restarted as a new attempt (a Warning Event with it)."""
     conds.set(c.COND_RESTARTING, True, decision.reason, decision.message, WARNING)
+    if decision.action == IN_PLACE:
+        conds.set(c.COND_RUNNING, False, "Restarting", "the group is restarting in place")
+        return
     conds.set(c.COND_CREATED, False, "Restarting", "the group is being recreated")
     conds.set(c.COND_RUNNING, False, "Restarting", "the group is being recreated")

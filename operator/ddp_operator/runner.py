@@ -20,8 +20,9 @@ from typing import Any
 import kopf
 
 from . import builders, claims, kueue_steps, metrics, reconcile, stalls
+from . import constants as c
 from .conditions import progress_only
-from .failures import Failure, PodsUnseen, api_message, classify
+from .failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from .jobspec import SpecError, resolve
 from .kube import JobGone, Kube
 from .memory import Memory
@@ -66,6 +67,7 @@ class JobRunner:
         self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
         self.memory = Memory(body.get("status"))
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
+        self.refused: str | None = None  # why the API server refused in-place pods, if it did
         self.written = float("-inf")  # when the status was last written (monotonic)
         self.due: float | None = None  # when a held-back progress write is due
         self.wake = asyncio.Event()
@@ -185,7 +187,7 @@ class JobRunner:
         told = await kueue_steps.holdup(self.kube, job, pods)
         pods, look_again = await stalls.explain(self.events, job, pods, now)
         plan = reconcile.plan(
-            job, self.status, pods, now, generation, self.failure, seen, evicted, told
+            job, self.status, pods, now, generation, self.failure, seen, evicted, told, self.refused
         )
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
@@ -217,6 +219,15 @@ class JobRunner:
                 )
                 for p, force in removals
             )
+        if plan.tell:  # after the status that records the attempt: a crash cannot lose it
+            attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
+            await all_steps(
+                (
+                    f"giving pod {p.name} attempt {plan.attempt}",
+                    self.kube.annotate_pod(job.namespace, p.name, p.uid, attempt),
+                )
+                for p in plan.tell
+            )
         created = bool(plan.create) and await self.create(job, plan)
         if not record_first:
             await self.record(plan, created)
@@ -235,9 +246,14 @@ class JobRunner:
             plan.recheck_in(REQUESTED_TTL)
         if not wanted:
             return False
-        pods = [builders.build_worker_pod(job, i, plan.attempt) for i in wanted]
+        pods = [builders.build_worker_pod(job, i, plan.attempt, plan.in_place) for i in wanted]
         fresh = len(wanted) == job.nodes
-        created, found = await claims.create_group(self.kube, job, pods, fresh)
+        try:
+            created, found = await claims.create_group(self.kube, job, pods, fresh)
+        except InPlaceRefused as exc:  # the next pass says so on the job and builds them anew
+            self.refused = str(exc)
+            self.wake.set()
+            return False
         metrics.PODS_CREATED.inc(sum(created))
         done = [keys[i] for i, ok in zip(wanted, created, strict=True) if ok]
         # From now: under load, the requests may have waited longer than the TTL.
@@ -257,6 +273,8 @@ class JobRunner:
         writes a status that counts them; either way a timed pass writes it."""
         if plan.attempt > self.attempt:
             metrics.GROUP_RESTARTS.inc()
+            if plan.tell:
+                metrics.IN_PLACE_RESTARTS.inc()
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
         now = time.monotonic()
         hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written

@@ -9,9 +9,10 @@ from typing import Any
 
 from . import constants as c
 
-# Waiting reasons of a container on its normal way to start; any other one means it cannot
-# (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...): the kubelet retries it.
-STARTING = ("ContainerCreating", "PodInitializing")
+# Waiting reasons of a container on its normal way to start (or to restart in place); any other
+# one means it cannot (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...): the
+# kubelet retries it.
+STARTING = ("ContainerCreating", "PodInitializing", "RestartingAllContainers")
 
 
 def _signal_name(exit_code: int) -> str | None:
@@ -58,6 +59,24 @@ class WorkerPod:
     queue_managed: bool = False  # Kueue's webhook took the pod
     stopped: str | None = None  # why Kueue stopped (evicted) the pod
     unretriable: bool = False  # marked so that Kueue ends the group
+    # In-place pods (``inplace_pod``): the attempt the operator gave the pod (its annotation;
+    # None: the pod's own ``attempt``), how often its trainer and its gate were (re)started since
+    # the pod was created, and whether its trainer failed in that attempt (``exit_code``...).
+    in_place: bool = False
+    told: int | None = None
+    restarted: int = 0
+    reran: int = 0
+    failed_in_place: bool = False
+
+    @property
+    def attempt_now(self) -> int:
+        """The attempt the pod runs or is to run: the one given (in place), else its own."""
+        return self.attempt if self.told is None else self.told
+
+    @property
+    def restarts_due(self) -> int:
+        """In-place restarts the pod owes for the attempts it was given since its creation."""
+        return self.attempt_now - self.attempt
 
     def describe_end(self) -> str:
         """Why this worker stopped, in words (for conditions and Events)."""
@@ -145,6 +164,48 @@ def _stopped(status: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _status_of(statuses: Any, name: str | None) -> Mapping[str, Any]:
+    return next((s for s in statuses or () if s.get("name") == name), {})
+
+
+def _in_place(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any], trainer: Any
+) -> dict[str, Any]:
+    """The in-place fields of a pod (``WorkerPod``), with the trainer's end if it failed."""
+    inits = [ic.get("name") for ic in spec.get("initContainers") or ()]
+    if c.GATE_CONTAINER not in inits:
+        return {}
+    try:
+        told = int((meta.get("annotations") or {})[c.ATTEMPT_ANNOTATION])
+        attempt = int((meta.get("labels") or {}).get(c.LABEL_ATTEMPT, "0"))
+    except (KeyError, ValueError):
+        return {}
+    cs = _status_of(status.get("containerStatuses"), trainer)
+    gate = _status_of(status.get("initContainerStatuses"), c.GATE_CONTAINER)
+    restarted = int(cs.get("restartCount") or 0)
+    now = (cs.get("state") or {}).get("terminated")
+    last = (cs.get("lastState") or {}).get("terminated")
+    due = told - attempt
+    # The trainer of this attempt ended non-zero (the kubelet restarts the pod, and its gate
+    # holds it), or the pod restarted more often than it was told to.
+    failed = restarted > due or (restarted == due and bool(now) and bool(now.get("exitCode")))
+    found: dict[str, Any] = {
+        "in_place": True,
+        "told": told,
+        "restarted": restarted,
+        "reran": int(gate.get("restartCount") or 0),
+        "failed_in_place": failed and status.get("phase") not in ("Failed", "Succeeded"),
+    }
+    end = now if now and now.get("exitCode") else last
+    if found["failed_in_place"] and end:
+        found.update(
+            exit_code=int(end.get("exitCode", 0)),
+            reason=end.get("reason"),
+            message=end.get("message"),
+        )
+    return found
+
+
 def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
     """Summarise a worker pod; None for a pod without the operator's labels."""
     meta = pod.get("metadata") or {}
@@ -186,6 +247,8 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
             unschedulable = cond.get("message") or "unschedulable"
 
     owner_uid, owner = controller(meta)
+    ends = {"exit_code": exit_code, "reason": reason, "message": message}
+    ends.update(_in_place(meta, spec, status, trainer))
     return WorkerPod(
         name=meta.get("name", ""),
         index=index,
@@ -194,9 +257,6 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         uid=meta.get("uid"),
         deleting=bool(meta.get("deletionTimestamp")),
         node=spec.get("nodeName"),
-        exit_code=exit_code,
-        reason=reason,
-        message=message,
         unschedulable=unschedulable,
         owner_uid=owner_uid,
         owner=owner,
@@ -210,4 +270,5 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
         stopped=_stopped(status),
         unretriable=(meta.get("annotations") or {}).get(c.KUEUE_RETRIABLE_ANNOTATION) == "false",
+        **ends,
     )

@@ -1,0 +1,135 @@
+"""S7: recovery on the real node. A DDPJob of 2 workers (gloo, one process each, plain
+``env://``) whose worker 1 exits 3 in attempt 0, one second after the group formed; the time from
+that exit to every process of attempt 1 past ``init_process_group``, by restart strategy:
+InPlace (the kubelet restarts the pods' containers) and Recreate (the pods are deleted and created
+again). The processes write their own clock readings to a host folder (the real node runs on this
+machine, so one clock serves both attempts, and a deleted pod's record stays)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from ddp_operator import constants as c
+
+from cluster import ROOT, log
+from contenders.ours import Ours
+
+REALNODE_SH = ROOT / "hack" / "cluster" / "realnode.sh"
+HOST = Path("/tmp/ddp-bench-s7")
+SCRIPT = """
+import os, time
+from datetime import timedelta
+import torch.distributed as dist
+out, rank = os.environ["S7_OUT"], os.environ["RANK"]
+attempt = os.environ["DDP_ATTEMPT"]
+dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=60))
+with open(f"{out}/init-{attempt}-{rank}", "w") as f:
+    f.write(repr(time.time()))
+if attempt == "0" and rank == "1":
+    time.sleep(1)
+    with open(f"{out}/failed", "w") as f:
+        f.write(repr(time.time()))
+    os._exit(3)
+dist.barrier()
+"""
+ON_REAL_NODE: dict[str, Any] = {
+    "nodeSelector": {"ddp-operator.io/node": "real"},
+    "tolerations": [
+        {"key": "ddp-operator.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    ],
+}
+
+
+def trainer_image() -> str:
+    """The trainer image on the real node (built or taken from the cache, and imported)."""
+    done = subprocess.run(
+        [str(REALNODE_SH), "trainer"], capture_output=True, text=True, timeout=3600
+    )
+    if done.returncode:
+        raise RuntimeError(f"realnode.sh trainer: {done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
+def job(name: str, ns: str, image: str, strategy: str) -> dict[str, Any]:
+    out = str(HOST / name)
+    container = {
+        "name": "trainer",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", SCRIPT],
+        "env": [{"name": "S7_OUT", "value": out}],
+        "volumeMounts": [{"name": "out", "mountPath": out}],
+    }
+    spec = {
+        **ON_REAL_NODE,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "volumes": [{"name": "out", "hostPath": {"path": out, "type": "Directory"}}],
+    }
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodes": 2,
+            "backend": "gloo",
+            "backoffLimit": 1,
+            "restartStrategy": strategy,
+            "template": {"spec": spec},
+        },
+    }
+
+
+def one(ours: Ours, ns: str, image: str, strategy: str, n: int) -> float:
+    """One failure and recovery; seconds from worker 1's exit to attempt 1 past init."""
+    name = f"s7-{strategy.lower()}-{n}"
+    out = HOST / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    out.chmod(0o777)
+    body = job(name, ns, image, strategy)
+    ours.cluster.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        obj = ours.cluster.custom.get_namespaced_custom_object(
+            c.GROUP, c.VERSION, ns, c.PLURAL, name
+        )
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(0.5)
+    else:
+        raise RuntimeError(f"S7 {name}: not finished in 300 s")
+    if phase != "Succeeded" or obj["status"].get("restarts") != 1:
+        raise RuntimeError(f"S7 {name}: {phase}, status {json.dumps(obj['status'])[:1500]}")
+    failed = float((out / "failed").read_text())
+    passed = [float((out / f"init-1-{r}").read_text()) for r in (0, 1)]
+    ours.cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, name)
+    return max(passed) - failed
+
+
+def available(ours: Ours) -> bool:
+    """Whether the cluster has the local real node (S7 needs its kubelet, and this host)."""
+    try:
+        node = ours.cluster.core.read_node("real-node-0")
+    except Exception:
+        return False
+    return any(cd.type == "Ready" and cd.status == "True" for cd in node.status.conditions or [])
+
+
+def recovery(ours: Ours, runs: int) -> dict[str, Any]:
+    """S7: ``runs`` failures per strategy, interleaved; each one's recovery in seconds."""
+    image = trainer_image()
+    ns = ours.namespace("s7")
+    found: dict[str, list[float]] = {c.RESTART_IN_PLACE: [], c.RESTART_RECREATE: []}
+    for n in range(runs):
+        for strategy, times in found.items():
+            times.append(one(ours, ns, image, strategy, n))
+            log(f"S7 {strategy} {n + 1}: {times[-1]:.2f} s from the failure to attempt 1 past init")
+    ours.drop(ns)
+    return found

@@ -1,0 +1,152 @@
+"""In-place group restarts, decided (``inplace``, ``workers.observe`` of in-place pods, and
+``reconcile.plan`` with them): a trainer's failure is found from its pod's restart counts and
+attempt, the group is given the next attempt in place (status first), it runs again once every
+pod restarted for it, and a restart the kubelet never begins is recreated. Pure."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ddp_operator import builders, inplace, reconcile
+from ddp_operator.conditions import condition, format_time
+from ddp_operator.jobspec import resolve
+from ddp_operator.workers import observe
+
+from jobs import ddpjob
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+BODY = ddpjob("j", "ns", nodes=2, backoffLimit=3)
+BODY["metadata"]["uid"] = "job-uid"
+JOB = resolve(BODY)
+
+
+def worker(
+    index: int,
+    created: int = 0,
+    told: int = 0,
+    restarts: int = 0,
+    gate: int | None = None,
+    trainer: dict[str, Any] | None = None,
+    last: dict[str, Any] | None = None,
+    phase: str = "Running",
+):
+    """An in-place worker pod created in attempt ``created``, given ``told``, as its kubelet
+    reports it: restart counts of its trainer and gate, the trainer's state."""
+    manifest = builders.build_worker_pod(JOB, index, created, in_place=True)
+    manifest = copy.deepcopy(manifest)
+    manifest["metadata"]["annotations"]["ddp-operator.io/attempt"] = str(told)
+    manifest["metadata"]["uid"] = f"uid-{index}"
+    manifest["spec"]["nodeName"] = "n1"
+    trainer_status = {
+        "name": "trainer",
+        "restartCount": restarts,
+        "state": trainer or {"running": {}},
+    }
+    if last:
+        trainer_status["lastState"] = {"terminated": last}
+    manifest["status"] = {
+        "phase": phase,
+        "containerStatuses": [trainer_status],
+        "initContainerStatuses": [
+            {"name": "ddp-attempt-gate", "restartCount": restarts if gate is None else gate}
+        ],
+    }
+    return observe(manifest)
+
+
+def exited(code: int) -> dict[str, Any]:
+    return {"terminated": {"exitCode": code, "reason": "Error"}}
+
+
+def test_a_trainer_that_exits_non_zero_is_a_failure_of_its_attempt() -> None:
+    pod = worker(1, trainer=exited(3))
+    assert pod.in_place and pod.failed_in_place and pod.exit_code == 3
+    assert "j-worker-1 exited with code 3 (Error)" in pod.describe_end()
+    # Held by its gate after the kubelet restarted it: the count is the same, the state kept.
+    assert worker(1, gate=1, trainer=exited(3)).failed_in_place
+
+
+def test_a_pod_killed_for_a_restart_it_was_told_of_has_not_failed() -> None:
+    pod = worker(0, told=1, restarts=0, gate=0, trainer=exited(137))
+    assert not pod.failed_in_place and inplace.behind(pod, 1)
+    again = worker(0, told=1, restarts=1, last={"exitCode": 137})
+    assert not again.failed_in_place and not inplace.behind(again, 1)
+    assert worker(0, told=1, restarts=2).failed_in_place  # restarted beyond what it was told
+
+
+def test_a_group_with_a_failed_trainer_is_given_the_next_attempt_in_place() -> None:
+    pods = [worker(0), worker(1, trainer=exited(3))]
+    plan = reconcile.plan(JOB, {"restarts": 0}, pods, NOW)
+    assert plan.status["restarts"] == 1 and plan.attempt == 1
+    assert [p.name for p in plan.tell] == ["j-worker-0", "j-worker-1"]
+    assert plan.delete == [] and plan.create == []
+    restarting = condition(plan.status["conditions"], "Restarting")
+    assert restarting["reason"] == "RestartingInPlace" and restarting["status"] == "True"
+    assert plan.status["phase"] == "Restarting"
+
+
+def test_pods_not_yet_told_are_told_again_and_the_group_runs_once_all_restarted() -> None:
+    status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
+    # The operator stopped before telling worker 0: the next pass tells it, nothing else.
+    pods = [worker(0), worker(1, told=1, restarts=1)]
+    plan = reconcile.plan(JOB, status, pods, NOW)
+    assert [p.name for p in plan.tell] == ["j-worker-0"] and plan.status["phase"] == "Restarting"
+    told = [worker(0, told=1, restarts=0, gate=1), worker(1, told=1, restarts=1)]
+    assert reconcile.plan(JOB, status, told, NOW).status["phase"] == "Restarting"
+    both = [worker(0, told=1, restarts=1), worker(1, told=1, restarts=1)]
+    plan = reconcile.plan(JOB, status, both, NOW)
+    assert plan.status["phase"] == "Running" and not plan.tell
+    assert condition(plan.status["conditions"], "Restarting")["status"] == "False"
+
+
+def test_a_restart_the_kubelet_never_begins_is_recreated_after_the_timeout() -> None:
+    status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
+    waiting = [worker(0, told=1, restarts=0, gate=0), worker(1, told=1, restarts=1)]
+    assert reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=30)).delete == []
+    later = NOW + timedelta(seconds=61)
+    plan = reconcile.plan(JOB, status, waiting, later)
+    assert plan.status["restarts"] == 2 and len(plan.delete) == 2
+    cond = condition(plan.status["conditions"], "Restarting")
+    assert cond["reason"] == "WorkerFailed"
+    assert "j-worker-0 was not restarted in place within 60s" in cond["message"]
+    assert "not in place: j-worker-0 was not restarted in place" in cond["message"]
+
+
+def test_a_pod_that_ended_whole_recreates_the_group() -> None:
+    failed = worker(1, phase="Failed", trainer=exited(3))
+    plan = reconcile.plan(JOB, {}, [worker(0), failed], NOW)
+    assert len(plan.delete) == 2 and not plan.tell
+    cond = condition(plan.status["conditions"], "Restarting")
+    assert "not in place: j-worker-1 has ended (Failed)" in cond["message"]
+
+
+def test_the_attempt_survives_in_the_pods_when_the_status_was_lost() -> None:
+    pods = [worker(0, told=2, restarts=2), worker(1, told=2, restarts=2)]
+    plan = reconcile.plan(JOB, {"restarts": 0}, pods, NOW)
+    assert plan.attempt == 2 and not plan.delete and not plan.create
+
+
+def test_a_refused_cluster_is_on_the_job_and_new_pods_are_plain() -> None:
+    plan = reconcile.plan(JOB, {}, [], NOW, refused="checking pod j-worker-0 (dry run): no")
+    cond = condition(plan.status["conditions"], "InPlaceRestart")
+    assert cond["status"] == "False" and cond["reason"] == "InPlaceUnsupported"
+    assert not plan.in_place and plan.create == [0, 1]
+    assert [e.reason for e in plan.events] == ["InPlaceUnsupported"]
+    later = reconcile.plan(JOB, plan.status, [], NOW + timedelta(seconds=1))
+    assert not later.in_place and not later.events
+    assert reconcile.plan(JOB, {}, [], NOW).in_place
+
+
+def test_an_old_restarting_condition_does_not_make_a_new_restart_stuck() -> None:
+    since = format_time(NOW - timedelta(hours=1))
+    conds = [{"type": "Restarting", "status": "False", "lastTransitionTime": since}]
+    pods = [worker(0), worker(1)]
+    assert inplace.stuck(pods, 0, {"conditions": conds}, NOW) == []
+
+
+def test_a_pod_that_ended_before_it_restarted_for_the_attempt_is_not_in_it() -> None:
+    ended = worker(0, told=1, restarts=0, phase="Succeeded")
+    assert not inplace.belongs(ended, 1)
+    assert inplace.belongs(worker(0, told=1, restarts=1, phase="Succeeded"), 1)

@@ -1,0 +1,119 @@
+"""In-place group restarts in real containers on the real node (``spec.restartStrategy:
+InPlace``, the default): the kubelet restarts every container of every worker pod
+(RestartAllContainers), keeping the pods, their UIDs, IPs and node; no pod is created or
+scheduled again; ``DDP_ATTEMPT`` is the new attempt in every process."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from test_realnode_jobs import assert_all_ranks
+
+from harness import jobs
+from harness.cluster import Cluster, wait_for
+from harness.realnode import kubectl_ddp, trainer_job
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
+
+# Worker 1 fails in attempt 0; worker 0 hangs there, deaf to SIGTERM (as a process stuck in a
+# collective would be); attempt 1 all-reduces, each process saying its attempt.
+SCRIPT = """
+if [ "$DDP_ATTEMPT" = 0 ]; then
+  if [ "$NODE_RANK" = 1 ]; then sleep 3; echo crash; exit 3; fi
+  exec python3 -c 'import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(600)'
+fi
+exec torchrun --no-python sh -c \
+  'echo "ATTEMPT rank=$RANK attempt=$DDP_ATTEMPT"; exec python3 examples/scripts/allreduce.py'
+"""
+ATTEMPT = re.compile(r"ATTEMPT rank=(\d+) attempt=(\d+)")
+
+
+def _pods(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
+    return jobs.workers(cluster, ns, job)
+
+
+def _trainer(pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = pod["status"].get("containerStatuses") or []
+    return next(s for s in statuses if s["name"] == "trainer")
+
+
+def _scheduled(cluster: Cluster, ns: str, pod: str) -> int:
+    events = cluster.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},reason=Scheduled"
+    )
+    return len(events.items)
+
+
+def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    job = trainer_job("inplace", namespace, images["trainer"], [], procsPerNode=2, backoffLimit=2)
+    # Not through the image's entrypoint (ddp-wait): worker 1 would wait for worker 0 to listen.
+    job["spec"]["template"]["spec"]["containers"][0] |= {"command": ["sh", "-c", SCRIPT]}
+    jobs.apply(cluster, job)
+    first = wait_for(
+        lambda: (
+            len(ps := _pods(cluster, namespace, "inplace")) == 2
+            and all(p["status"].get("podIP") for p in ps)
+            and ps
+        ),
+        timeout=120,
+        what="both workers with their IPs",
+    )
+    done = jobs.wait_phase(cluster, namespace, "inplace", "Succeeded", timeout=300)
+    assert done["status"]["restarts"] == 1, done["status"]
+    after = _pods(cluster, namespace, "inplace")
+    same = [(p["metadata"]["uid"], p["status"]["podIP"], p["spec"]["nodeName"]) for p in first]
+    assert [
+        (p["metadata"]["uid"], p["status"]["podIP"], p["spec"]["nodeName"]) for p in after
+    ] == same
+    assert [_trainer(p)["restartCount"] for p in after] == [1, 1], after
+    assert [p["metadata"]["annotations"]["ddp-operator.io/attempt"] for p in after] == ["1", "1"]
+    # The hung worker's attempt-0 process was ended by the kubelet.
+    assert _trainer(after[0])["lastState"]["terminated"]["exitCode"] != 0
+    assert [_scheduled(cluster, namespace, p["metadata"]["name"]) for p in after] == [1, 1]
+    restarted = jobs.wait_event(cluster, namespace, "inplace", "RestartingInPlace")
+    assert any("inplace-worker-1 exited with code 3" in e["message"] for e in restarted), restarted
+    assert not [
+        e for e in jobs.events(cluster, namespace, "inplace") if e["reason"] == "WorkerFailed"
+    ]
+    logs = kubectl_ddp(cluster, "logs", "inplace", "-n", namespace)
+    assert_all_ranks(logs, 4)
+    assert sorted(ATTEMPT.findall(logs)) == [(str(r), "1") for r in range(4)], logs
+
+
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_in_place_pods_run_in_a_restricted_namespace(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """What the operator adds passes Pod Security ``restricted`` where the user's container
+    does: a job there fails once, restarts in place and succeeds."""
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    cluster.core.patch_namespace(namespace, {"metadata": {"labels": labels}})
+    script = (
+        'if [ "$DDP_ATTEMPT" = 0 ]; then [ "$NODE_RANK" = 1 ] && exit 3; exec sleep 600; fi; '
+        'echo "ran $DDP_ATTEMPT"'
+    )
+    job = trainer_job("strict", namespace, images["trainer"], [], backoffLimit=1)
+    job["spec"]["template"]["spec"]["containers"][0] |= {
+        "command": ["sh", "-c", script],
+        "securityContext": RESTRICTED,
+    }
+    jobs.apply(cluster, job)
+    done = jobs.wait_phase(cluster, namespace, "strict", "Succeeded", timeout=180)
+    assert done["status"]["restarts"] == 1, done["status"]
+    assert jobs.wait_event(cluster, namespace, "strict", "RestartingInPlace")
+    pods = _pods(cluster, namespace, "strict")
+    assert [_trainer(p)["restartCount"] for p in pods] == [1, 1], pods
+    logs = kubectl_ddp(cluster, "logs", "strict", "-n", namespace)
+    assert logs.count("ran 1") == 2, logs
