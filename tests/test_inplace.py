@@ -17,7 +17,7 @@ from ddp_operator.workers import observe
 from jobs import ddpjob
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
-BODY = ddpjob("j", "ns", nodes=2, backoffLimit=3)
+BODY = ddpjob("j", "ns", nodes=2, backoffLimit=3, restartStrategy="InPlace")
 BODY["metadata"]["uid"] = "job-uid"
 JOB = resolve(BODY)
 

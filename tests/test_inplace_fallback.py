@@ -28,7 +28,7 @@ def _inits(pod: dict) -> list[str]:
 def test_a_worker_pod_that_failed_whole_is_recreated_saying_why(
     cluster: Cluster, namespace: str
 ) -> None:
-    jobs.apply(cluster, ddpjob("whole", namespace, nodes=2))
+    jobs.apply(cluster, ddpjob("whole", namespace, nodes=2, restartStrategy="InPlace"))
     first = wait_running(cluster, namespace, "whole", 2)
     assert all(_inits(p)[:2] == ["ddp-attempt-gate", "ddp-attempt-watch"] for p in first)
     pods.finish(cluster, namespace, "whole-worker-1", 3)
@@ -122,7 +122,7 @@ def test_an_api_server_refusing_in_place_pods_gets_recreated_ones_and_the_job_sa
         return False
 
     wait_for(refused, timeout=30, what="the policy to refuse restart rules")
-    jobs.apply(cluster, ddpjob("refused", namespace, nodes=2))
+    jobs.apply(cluster, ddpjob("refused", namespace, nodes=2, restartStrategy="InPlace"))
     job = jobs.wait_condition(cluster, namespace, "refused", "InPlaceRestart", status="False")
     cond = jobs.condition(job, "InPlaceRestart")
     assert cond["reason"] == "InPlaceUnsupported"

@@ -49,7 +49,15 @@ def _scheduled(cluster: Cluster, ns: str, pod: str) -> int:
 def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
     cluster: Cluster, namespace: str, operator, images: dict[str, str]
 ) -> None:
-    job = trainer_job("inplace", namespace, images["trainer"], [], procsPerNode=2, backoffLimit=2)
+    job = trainer_job(
+        "inplace",
+        namespace,
+        images["trainer"],
+        [],
+        procsPerNode=2,
+        backoffLimit=2,
+        restartStrategy="InPlace",
+    )
     # Not through the image's entrypoint (ddp-wait): worker 1 would wait for worker 0 to listen.
     job["spec"]["template"]["spec"]["containers"][0] |= {"command": ["sh", "-c", SCRIPT]}
     jobs.apply(cluster, job)
@@ -104,7 +112,9 @@ def test_in_place_pods_run_in_a_restricted_namespace(
         'if [ "$DDP_ATTEMPT" = 0 ]; then [ "$NODE_RANK" = 1 ] && exit 3; exec sleep 600; fi; '
         'echo "ran $DDP_ATTEMPT"'
     )
-    job = trainer_job("strict", namespace, images["trainer"], [], backoffLimit=1)
+    job = trainer_job(
+        "strict", namespace, images["trainer"], [], backoffLimit=1, restartStrategy="InPlace"
+    )
     job["spec"]["template"]["spec"]["containers"][0] |= {
         "command": ["sh", "-c", script],
         "securityContext": RESTRICTED,

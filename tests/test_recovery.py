@@ -14,7 +14,7 @@ from jobs import ddpjob
 
 
 def job(backoff: int = 2):
-    return resolve(ddpjob("j", "ns", nodes=4, backoffLimit=backoff))
+    return resolve(ddpjob("j", "ns", nodes=4, backoffLimit=backoff, restartStrategy="InPlace"))
 
 
 def test_a_failure_restarts_the_group_in_place_while_the_backoff_limit_allows() -> None:

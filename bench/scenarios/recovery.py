@@ -79,7 +79,7 @@ def job(name: str, ns: str, image: str, strategy: str) -> dict[str, Any]:
             "nodes": 2,
             "backend": "gloo",
             "backoffLimit": 1,
-            "restartStrategy": strategy,
+            "restartStrategy": strategy,  # both explicit
             "template": {"spec": spec},
         },
     }
