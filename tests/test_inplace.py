@@ -6,12 +6,16 @@ pod restarted for it, and a restart the kubelet never begins is recreated. Pure.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from ddp_operator import builders, inplace, reconcile
 from ddp_operator.conditions import condition, format_time
 from ddp_operator.jobspec import resolve
+from ddp_operator.memory import Memory
 from ddp_operator.workers import observe
 
 from jobs import ddpjob
@@ -27,13 +31,13 @@ def worker(
     created: int = 0,
     told: int = 0,
     restarts: int = 0,
-    gate: int | None = None,
+    watch: int | None = None,
     trainer: dict[str, Any] | None = None,
     last: dict[str, Any] | None = None,
     phase: str = "Running",
 ):
     """An in-place worker pod created in attempt ``created``, given ``told``, as its kubelet
-    reports it: restart counts of its trainer and gate, the trainer's state."""
+    reports it: restart counts of its trainer and watch, the trainer's state."""
     manifest = builders.build_worker_pod(JOB, index, created, in_place=True)
     manifest = copy.deepcopy(manifest)
     manifest["metadata"]["annotations"]["ddp-operator.io/attempt"] = str(told)
@@ -46,13 +50,12 @@ def worker(
     }
     if last:
         trainer_status["lastState"] = {"terminated": last}
-    manifest["status"] = {
-        "phase": phase,
-        "containerStatuses": [trainer_status],
-        "initContainerStatuses": [
-            {"name": "ddp-attempt-gate", "restartCount": restarts if gate is None else gate}
-        ],
+    watch_status = {
+        "name": "ddp-attempt-watch",
+        "restartCount": restarts if watch is None else watch,
+        "state": {"running": {}},
     }
+    manifest["status"] = {"phase": phase, "containerStatuses": [trainer_status, watch_status]}
     return observe(manifest)
 
 
@@ -62,14 +65,15 @@ def exited(code: int) -> dict[str, Any]:
 
 def test_a_trainer_that_exits_non_zero_is_a_failure_of_its_attempt() -> None:
     pod = worker(1, trainer=exited(3))
-    assert pod.in_place and pod.failed_in_place and pod.exit_code == 3
+    assert pod.in_place and pod.failed_in_place and pod.exit_code == 3 and pod.watching
+    assert pod.phase == "Failed"  # what the pod will be: its watch keeps it running till told
     assert "j-worker-1 exited with code 3 (Error)" in pod.describe_end()
-    # Held by its gate after the kubelet restarted it: the count is the same, the state kept.
-    assert worker(1, gate=1, trainer=exited(3)).failed_in_place
+    done = worker(1, trainer=exited(0))
+    assert done.phase == "Succeeded" and not done.failed_in_place
 
 
 def test_a_pod_killed_for_a_restart_it_was_told_of_has_not_failed() -> None:
-    pod = worker(0, told=1, restarts=0, gate=0, trainer=exited(137))
+    pod = worker(0, told=1, restarts=0, watch=0, trainer=exited(137))
     assert not pod.failed_in_place and inplace.behind(pod, 1)
     again = worker(0, told=1, restarts=1, last={"exitCode": 137})
     assert not again.failed_in_place and not inplace.behind(again, 1)
@@ -93,7 +97,7 @@ def test_pods_not_yet_told_are_told_again_and_the_group_runs_once_all_restarted(
     pods = [worker(0), worker(1, told=1, restarts=1)]
     plan = reconcile.plan(JOB, status, pods, NOW)
     assert [p.name for p in plan.tell] == ["j-worker-0"] and plan.status["phase"] == "Restarting"
-    told = [worker(0, told=1, restarts=0, gate=1), worker(1, told=1, restarts=1)]
+    told = [worker(0, told=1, restarts=0, watch=1), worker(1, told=1, restarts=1)]
     assert reconcile.plan(JOB, status, told, NOW).status["phase"] == "Restarting"
     both = [worker(0, told=1, restarts=1), worker(1, told=1, restarts=1)]
     plan = reconcile.plan(JOB, status, both, NOW)
@@ -103,7 +107,7 @@ def test_pods_not_yet_told_are_told_again_and_the_group_runs_once_all_restarted(
 
 def test_a_restart_the_kubelet_never_begins_is_recreated_after_the_timeout() -> None:
     status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
-    waiting = [worker(0, told=1, restarts=0, gate=0), worker(1, told=1, restarts=1)]
+    waiting = [worker(0, told=1, restarts=0, watch=0), worker(1, told=1, restarts=1)]
     assert reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=30)).delete == []
     later = NOW + timedelta(seconds=61)
     plan = reconcile.plan(JOB, status, waiting, later)
@@ -150,3 +154,91 @@ def test_a_pod_that_ended_before_it_restarted_for_the_attempt_is_not_in_it() -> 
     ended = worker(0, told=1, restarts=0, phase="Succeeded")
     assert not inplace.belongs(ended, 1)
     assert inplace.belongs(worker(0, told=1, restarts=1, phase="Succeeded"), 1)
+
+
+def unplaceable(index: int, how: str) -> Any:
+    """An in-place worker that never ran: no node declares the feature (``scheduler``), or the
+    kubelet of the node it was bound to refused it (``kubelet``)."""
+    manifest = copy.deepcopy(builders.build_worker_pod(JOB, index, 0, in_place=True))
+    manifest["metadata"]["uid"] = f"uid-{index}"
+    if how == "scheduler":
+        message = f"0/9 nodes are available: 9 {inplace.NO_NODE_DECLARES}."
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        manifest["status"] = {"phase": "Pending", "conditions": [cond | {"message": message}]}
+    else:
+        manifest["spec"]["nodeName"] = "old-node"
+        manifest["status"] = {
+            "phase": "Failed",
+            "reason": "PodFeatureUnsupported",
+            "message": "Pod requires node features that are not available: "
+            "RestartAllContainersOnContainerExits",
+        }
+    return observe(manifest)
+
+
+def step(memory: Memory, observed: list[Any]) -> reconcile.Plan:
+    """One pass as the runner makes it: plan, remember, take the status as written."""
+    plan = reconcile.plan(JOB, memory.status, observed, NOW, 1, None, memory.seen)
+    memory.passed(plan.own, plan.attempt, False)
+    memory.deleting(plan.delete)
+    memory.status.update(plan.status)
+    return plan
+
+
+@pytest.mark.parametrize("how", ["scheduler", "kubelet"])
+def test_in_place_pods_no_node_can_run_are_built_again_plain_and_nothing_failed(
+    how: str,
+) -> None:
+    memory = Memory()
+    pods = [unplaceable(0, "scheduler"), unplaceable(1, how)]
+    plan = step(memory, pods)
+    cond = condition(plan.status["conditions"], "InPlaceRestart")
+    assert cond["status"] == "False" and cond["reason"] == "NodesLackInPlaceRestart", cond
+    assert "j-worker-0: 0/9 nodes are available" in cond["message"], cond
+    assert [p.name for p in plan.delete] == ["j-worker-0", "j-worker-1"] and not plan.create
+    assert plan.attempt == 0 and "NodesLackInPlaceRestart" in [e.reason for e in plan.events]
+    going = [dataclasses.replace(p, deleting=True) for p in pods]
+    assert not step(memory, going).create and memory.attempt == 0
+    for pod in pods:
+        memory.gone(pod, "job-uid")
+    plan = step(memory, [])
+    assert plan.create == [0, 1] and not plan.in_place and plan.attempt == 0
+    assert memory.status["phase"] != "Failed" and not plan.events
+
+
+def test_a_kubelet_refusing_an_in_place_pod_is_named() -> None:
+    why = inplace.unplaceable([unplaceable(1, "kubelet")])
+    assert why == (
+        "j-worker-1 was refused by node old-node: Pod requires node features that are not "
+        "available: RestartAllContainersOnContainerExits"
+    )
+
+
+def test_pods_that_can_run_in_place_keep_it() -> None:
+    assert inplace.unplaceable([worker(0), worker(1)]) is None
+    pending = dataclasses.replace(
+        worker(0), phase="Pending", unschedulable="0/9: 9 Insufficient cpu"
+    )
+    assert inplace.unplaceable([pending]) is None
+    assert reconcile.plan(JOB, {}, [pending, worker(1)], NOW).in_place
+
+
+def test_a_worker_that_finished_restarts_in_place_with_its_group() -> None:
+    pods = [worker(0, trainer=exited(0)), worker(1, trainer=exited(3))]
+    plan = reconcile.plan(JOB, {}, pods, NOW)
+    assert [p.name for p in plan.tell] == ["j-worker-0", "j-worker-1"] and not plan.delete
+
+
+def test_a_finished_job_lets_its_in_place_pods_end_once() -> None:
+    pods = [worker(0, trainer=exited(0)), worker(1, trainer=exited(0))]
+    plan = reconcile.plan(JOB, {}, pods, NOW)
+    assert plan.status["phase"] == "Succeeded" and not plan.delete
+    assert [p.name for p in plan.finish_pods] == ["j-worker-0", "j-worker-1"]
+    told = [dataclasses.replace(p, finishing=True) for p in pods]
+    assert reconcile.plan(JOB, plan.status, told, NOW).finish_pods == []
+    failed = [worker(0), worker(1, trainer=exited(3))]
+    last = reconcile.plan(JOB, {"restarts": 3}, failed, NOW)
+    assert last.status["phase"] == "Failed"
+    # The failed worker is kept (its end on record), the running one deleted (cleanPodPolicy).
+    assert [p.name for p in last.delete] == ["j-worker-0"]
+    assert [p.name for p in last.finish_pods] == ["j-worker-1"]

@@ -6,6 +6,9 @@ kubelet: tests/test_realnode_inplace.py."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+
 import pytest
 from kubernetes import client
 
@@ -21,8 +24,9 @@ def _uids(cluster: Cluster, ns: str, job: str) -> list[str]:
     return [p["metadata"]["uid"] for p in jobs.workers(cluster, ns, job)]
 
 
-def _inits(pod: dict) -> list[str]:
-    return [c["name"] for c in pod["spec"].get("initContainers") or []]
+def _helpers(pod: dict) -> list[str]:
+    """What the operator added to the pod's containers for in-place restarts."""
+    return [c["name"] for c in pod["spec"]["containers"] if c["name"].startswith("ddp-")]
 
 
 def test_a_worker_pod_that_failed_whole_is_recreated_saying_why(
@@ -30,7 +34,7 @@ def test_a_worker_pod_that_failed_whole_is_recreated_saying_why(
 ) -> None:
     jobs.apply(cluster, ddpjob("whole", namespace, nodes=2, restartStrategy="InPlace"))
     first = wait_running(cluster, namespace, "whole", 2)
-    assert all(_inits(p)[:2] == ["ddp-attempt-gate", "ddp-attempt-watch"] for p in first)
+    assert all(_helpers(p) == ["ddp-attempt-watch"] for p in first)
     pods.finish(cluster, namespace, "whole-worker-1", 3)
     wait_running(cluster, namespace, "whole", 2, attempt=1)
     assert not set(_uids(cluster, namespace, "whole")) & {p["metadata"]["uid"] for p in first}
@@ -129,7 +133,7 @@ def test_an_api_server_refusing_in_place_pods_gets_recreated_ones_and_the_job_sa
     assert "restartPolicyRules: Forbidden: not here" in cond["message"], cond
     assert jobs.wait_event(cluster, namespace, "refused", "InPlaceUnsupported")
     running = wait_running(cluster, namespace, "refused", 2)
-    assert all(not _inits(p) for p in running), running
+    assert all(not _helpers(p) for p in running), running
     env = {e["name"]: e for e in running[0]["spec"]["containers"][0]["env"]}
     assert env["DDP_ATTEMPT"] == {"name": "DDP_ATTEMPT", "value": "0"}
 
@@ -137,7 +141,7 @@ def test_an_api_server_refusing_in_place_pods_gets_recreated_ones_and_the_job_sa
 def test_a_recreate_job_gets_plain_pods(cluster: Cluster, namespace: str) -> None:
     jobs.apply(cluster, ddpjob("plain", namespace, nodes=2, restartStrategy="Recreate"))
     running = wait_running(cluster, namespace, "plain", 2)
-    assert all(not _inits(p) for p in running)
+    assert all(not _helpers(p) for p in running)
     assert all(
         "ddp-operator.io/attempt" not in (p["metadata"].get("annotations") or {}) for p in running
     )
@@ -145,3 +149,69 @@ def test_a_recreate_job_gets_plain_pods(cluster: Cluster, namespace: str) -> Non
     wait_running(cluster, namespace, "plain", 2, attempt=1)
     failed = jobs.wait_event(cluster, namespace, "plain", "WorkerFailed")
     assert all("in place" not in e["message"] for e in failed), failed
+
+
+@pytest.fixture
+def old_node(cluster: Cluster, namespace: str):
+    """A Ready kwok node that declares no features (as a kubelet before v1.35 does), tainted so
+    that only this test's pods go there; its name."""
+    name = f"old-{namespace}"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "an older kubelet",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    room = {"cpu": "8", "memory": "16Gi", "pods": "20"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, OLD: namespace},
+        },
+        "spec": {"taints": [{"key": OLD, "value": namespace, "effect": "NoSchedule"}]},
+        "status": {"allocatable": room, "capacity": room, "conditions": [ready]},
+    }
+    cluster.core.create_node(node)
+    try:
+        got = json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
+        assert not got["status"].get("declaredFeatures"), got["status"]
+        yield name
+    finally:
+        cluster.core.delete_node(name)
+
+
+OLD = "ddp-operator.io/test-old-node"
+
+
+def test_where_no_node_declares_the_feature_the_job_falls_back_to_recreate_saying_why(
+    cluster: Cluster, namespace: str, old_node: str
+) -> None:
+    """The scheduler finds no node for in-place pods: the job says so (InPlaceRestart=False),
+    its pods are built again without, run, and a failure recreates the group."""
+    job = ddpjob("old", namespace, nodes=2)  # InPlace, the default
+    job["spec"]["template"]["spec"] |= {
+        "nodeSelector": {OLD: namespace},
+        "tolerations": [{"key": OLD, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    jobs.apply(cluster, job)
+    done = jobs.wait_condition(cluster, namespace, "old", "InPlaceRestart", status="False")
+    cond = jobs.condition(done, "InPlaceRestart")
+    assert cond["reason"] == "NodesLackInPlaceRestart", cond
+    assert "didn't match Pod's required features" in cond["message"], cond
+    assert jobs.wait_event(cluster, namespace, "old", "NodesLackInPlaceRestart")
+    running = wait_running(cluster, namespace, "old", 2)
+    assert all(not _helpers(p) and p["spec"]["nodeName"] == old_node for p in running), running
+    job_now = jobs.get(cluster, namespace, "old")
+    assert job_now["status"]["restarts"] == 0, job_now["status"]
+    pods.finish(cluster, namespace, "old-worker-1", 3)
+    wait_running(cluster, namespace, "old", 2, attempt=1)
+    failed = jobs.wait_event(cluster, namespace, "old", "WorkerFailed")
+    assert any(
+        "not in place: the InPlaceRestart condition says why" in e["message"] for e in failed
+    ), failed

@@ -1,7 +1,8 @@
 """In-place group restarts in real containers on the real node (``spec.restartStrategy:
 InPlace``, the default): the kubelet restarts every container of every worker pod
 (RestartAllContainers), keeping the pods, their UIDs, IPs and node; no pod is created or
-scheduled again; ``DDP_ATTEMPT`` is the new attempt in every process."""
+scheduled again; ``DDP_ATTEMPT`` is the new attempt in every process; the failed worker's exit
+code is on the job."""
 
 from __future__ import annotations
 
@@ -90,6 +91,13 @@ def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
     logs = kubectl_ddp(cluster, "logs", "inplace", "-n", namespace)
     assert_all_ranks(logs, 4)
     assert sorted(ATTEMPT.findall(logs)) == [(str(r), "1") for r in range(4)], logs
+    # The job has finished: the operator lets the pods end (their watch exits 0).
+    wait_for(
+        lambda: [p["status"]["phase"] for p in _pods(cluster, namespace, "inplace")]
+        == ["Succeeded", "Succeeded"],
+        timeout=60,
+        what="both pods Succeeded",
+    )
 
 
 RESTRICTED = {

@@ -77,7 +77,7 @@ async def check(kube: Kube, pod: Manifest) -> None:
         raise StepFailed(what, exc) from exc
     if checked is not None and inplace_pod.carried(pod) and not inplace_pod.carried(checked):
         raise InPlaceRefused(
-            f"{what}: the API server dropped the trainer's restartPolicyRules (its "
+            f"{what}: the API server dropped the restartPolicyRules (its "
             "RestartAllContainersOnContainerExits feature gate is off)"
         )
 

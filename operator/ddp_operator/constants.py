@@ -131,17 +131,16 @@ COND_IN_PLACE = "InPlaceRestart"  # False (with why) where the cluster refuses i
 RESTART_IN_PLACE = "InPlace"
 RESTART_RECREATE = "Recreate"
 # What an in-place worker pod carries: its attempt as an annotation (DDP_ATTEMPT is taken from it
-# at each start), a gate init container that holds a restarted pod until the operator tells it
-# its next attempt, and a sidecar that exits RESTART_EXIT_CODE (its rule: RestartAllContainers)
-# once the pod's attempt moves on.
+# at each start) and a watch container that exits RESTART_EXIT_CODE (its rule:
+# RestartAllContainers) once the pod's attempt moves on, or 0 once the job has finished.
 ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
-GATE_CONTAINER = "ddp-attempt-gate"
+FINISHED_ANNOTATION = f"{GROUP}/finished"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
 ATTEMPT_VOLUME = "ddp-attempt"
-STATE_VOLUME = "ddp-attempt-state"
 RESTART_EXIT_CODE = 86
 IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the gate, and what a node declares
-# The kubelet begins an in-place restart within seconds (measured: 3 s); one that has not begun
+# The kubelet begins an in-place restart within seconds (measured: 1-3 s); one that has not begun
 # this long after the operator asked for it is not coming (a kubelet without the feature).
 IN_PLACE_TIMEOUT_SECONDS = 60
 

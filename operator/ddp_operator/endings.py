@@ -1,5 +1,6 @@
-"""What a finished job still does, pure: delete its pods by the clean-up policy, mark them so
-that Kueue ends their group, and delete the job itself once its TTL is over."""
+"""What a finished job still does, pure: delete its pods by the clean-up policy, let the
+in-place pods it keeps end (their watch), mark them so that Kueue ends their group, and delete
+the job itself once its TTL is over."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def finished(
     result.create = []
     result.delete = _cleanup(job, pods)
     result.mark_unretriable = kueue.unretriable(job, pods)
+    going = {id(p) for p in result.delete}
+    result.finish_pods = [
+        p for p in pods if p.watching and not p.finishing and not p.deleting and id(p) not in going
+    ]
     done_at = parse_time(new.get("completionTime"))
     if job.ttl_seconds_after_finished is not None and done_at is not None:
         left = done_at + timedelta(seconds=job.ttl_seconds_after_finished) - now

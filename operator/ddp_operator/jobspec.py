@@ -78,7 +78,7 @@ class JobSpec:
     scheduler_name: str | None = None
     gang: Gang | None = None
     queue: Queue | None = None
-    restart_strategy: str = c.RESTART_RECREATE
+    restart_strategy: str = c.RESTART_IN_PLACE
 
     @property
     def kind_name(self) -> str:
@@ -189,7 +189,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
 
 
 def _restart_strategy(spec: Mapping[str, Any]) -> str:
-    strategy = spec.get("restartStrategy") or c.RESTART_RECREATE
+    strategy = spec.get("restartStrategy") or c.RESTART_IN_PLACE
     if strategy not in (c.RESTART_IN_PLACE, c.RESTART_RECREATE):
         raise SpecError(
             f"spec.restartStrategy must be {c.RESTART_IN_PLACE} or {c.RESTART_RECREATE}, "

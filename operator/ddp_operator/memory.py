@@ -58,7 +58,8 @@ class Memory:
             return
         # Kueue evicts a group whole: once one pod is stopped, every pod of the group is.
         why = next((p.stopped for p in own if p.stopped), None)
-        live = set() if why else {(p.name, p.attempt) for p in own}
+        # A pod the loop is deleting is no worker of the group (an in-place pod built again).
+        live = set() if why else {(p.name, p.attempt) for p in own if p.uid not in self.removed}
         self.evicted = {k: v for k, v in self.evicted.items() if k[1] >= attempt and k not in live}
         if why:
             self.evicted.update(((p.name, p.attempt), p.stopped or why) for p in own)
@@ -71,7 +72,10 @@ class Memory:
 
     def deleting(self, pods: Iterable[WorkerPod]) -> None:
         """The loop is deleting these pods: their going is no failure."""
-        self.removed.update(p.uid for p in pods if p.uid)
+        for pod in pods:
+            if pod.uid:
+                self.removed.add(pod.uid)
+                self.seen.discard((pod.name, pod.attempt))
 
     def gone(self, pod: WorkerPod, job_uid: str | None) -> None:
         """A pod with the job's labels was deleted. If it was the job's own and the loop did not

@@ -44,6 +44,7 @@ class Plan:
     mark_unretriable: list[WorkerPod] = field(default_factory=list)  # for Kueue, once over
     release: list[WorkerPod] = field(default_factory=list)  # Kueue's finalizer to take off
     tell: list[WorkerPod] = field(default_factory=list)  # in-place pods to give the attempt
+    finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
     in_place: bool = False  # new pods are built to restart in place
 
     @property
@@ -93,7 +94,10 @@ def plan(
     conds = Conditions(status.get("conditions") or [], now, generation)
     if refused:
         conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", refused, WARNING)
-    current = {p.index: p for p in pods if p.index < job.nodes and inplace.belongs(p, attempt)}
+    in_place = inplace.settle(conds, job, pods)
+    current = {
+        p.index: p for p in pods if p.index < job.nodes and inplace.belongs(p, attempt, in_place)
+    }
     chosen = {id(p) for p in current.values()}  # by identity: `in` a list is O(N) field-wise
     stale = [p for p in pods if id(p) not in chosen]
     new: dict[str, Any] = {
@@ -103,7 +107,7 @@ def plan(
         "completionTime": status.get("completionTime"),
         "workers": _counts(p for p in current.values() if not p.deleting),
     }
-    result = Plan(status=new, own=pods, in_place=inplace.wanted(job, conds.items))
+    result = Plan(status=new, own=pods, in_place=in_place)
     # What blocks the job, most recent first: (reason, message).
     blockers: list[tuple[str, str]] = []
     if failure is not None:
@@ -179,7 +183,7 @@ def plan(
     failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt, excused)
     stuck = inplace.stuck(current.values(), attempt, status, now)
     if failures or stuck:
-        obstacle = inplace.obstacle(job, current, stuck)
+        obstacle = inplace.obstacle(job, current, stuck, in_place)
         decision = recovery.decide(job, failures + stuck, attempt, obstacle)
         if decision.action == recovery.FAIL:
             return stop(False, decision.reason, decision.message)

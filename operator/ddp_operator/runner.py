@@ -39,6 +39,7 @@ MAX_BACKOFF = 60.0
 # A status write that only moves the worker counts waits this long after the previous write:
 # a job of 512 workers coming up made 58 writes (each echoed back as a watch event) without it.
 PROGRESS_INTERVAL = 1.0
+FINISHED = {c.FINISHED_ANNOTATION: "true"}  # what lets an in-place pod end
 REQUESTED_TTL = 10.0  # seconds a created pod may take to show in the watch before it is re-asked
 
 
@@ -202,7 +203,8 @@ class JobRunner:
         (and Events) first, so that a crash half-way can never make its own deletions look like
         failures; one that only creates pods creates them first and records the status after,
         which spares a write before the watch shows them. A failing step raises ``StepFailed``."""
-        record_first = bool(plan.delete) or plan.delete_job or plan.attempt != self.attempt
+        record_first = bool(plan.delete or plan.finish_pods) or plan.delete_job
+        record_first = record_first or plan.attempt != self.attempt
         if record_first:
             await self.record(plan)
         if plan.mark_unretriable:  # before any deletion: Kueue must see why the group ends
@@ -227,6 +229,14 @@ class JobRunner:
                     self.kube.annotate_pod(job.namespace, p.name, p.uid, attempt),
                 )
                 for p in plan.tell
+            )
+        if plan.finish_pods:  # the job has finished: their watch containers end
+            await all_steps(
+                (
+                    f"letting pod {p.name} end",
+                    self.kube.annotate_pod(job.namespace, p.name, p.uid, FINISHED),
+                )
+                for p in plan.finish_pods
             )
         created = bool(plan.create) and await self.create(job, plan)
         if not record_first:

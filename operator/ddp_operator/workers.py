@@ -60,13 +60,16 @@ class WorkerPod:
     stopped: str | None = None  # why Kueue stopped (evicted) the pod
     unretriable: bool = False  # marked so that Kueue ends the group
     # In-place pods (``inplace_pod``): the attempt the operator gave the pod (its annotation;
-    # None: the pod's own ``attempt``), how often its trainer and its gate were (re)started since
-    # the pod was created, and whether its trainer failed in that attempt (``exit_code``...).
+    # None: the pod's own ``attempt``), how often its trainer and its watch were (re)started
+    # since the pod was created, and whether its trainer failed in that attempt (``exit_code``).
+    # While its watch runs, ``phase`` is what its trainer's end of this attempt makes it.
     in_place: bool = False
     told: int | None = None
     restarted: int = 0
     reran: int = 0
     failed_in_place: bool = False
+    watching: bool = False  # its watch runs: it can restart in place, whatever its trainer did
+    finishing: bool = False  # told that the job has finished: its watch ends
 
     @property
     def attempt_now(self) -> int:
@@ -171,37 +174,39 @@ def _status_of(statuses: Any, name: str | None) -> Mapping[str, Any]:
 def _in_place(
     meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any], trainer: Any
 ) -> dict[str, Any]:
-    """The in-place fields of a pod (``WorkerPod``), with the trainer's end if it failed."""
-    inits = [ic.get("name") for ic in spec.get("initContainers") or ()]
-    if c.GATE_CONTAINER not in inits:
+    """The in-place fields of a pod (``WorkerPod``), with the trainer's end if it ended in the
+    attempt the pod was given while its watch still runs (what the pod's phase will be once the
+    operator lets it end)."""
+    if c.WATCH_CONTAINER not in [ct.get("name") for ct in spec.get("containers") or ()]:
         return {}
     try:
         told = int((meta.get("annotations") or {})[c.ATTEMPT_ANNOTATION])
         attempt = int((meta.get("labels") or {}).get(c.LABEL_ATTEMPT, "0"))
     except (KeyError, ValueError):
         return {}
-    cs = _status_of(status.get("containerStatuses"), trainer)
-    gate = _status_of(status.get("initContainerStatuses"), c.GATE_CONTAINER)
-    restarted = int(cs.get("restartCount") or 0)
-    now = (cs.get("state") or {}).get("terminated")
-    last = (cs.get("lastState") or {}).get("terminated")
-    due = told - attempt
-    # The trainer of this attempt ended non-zero (the kubelet restarts the pod, and its gate
-    # holds it), or the pod restarted more often than it was told to.
-    failed = restarted > due or (restarted == due and bool(now) and bool(now.get("exitCode")))
+    statuses = status.get("containerStatuses")
+    cs, watch = _status_of(statuses, trainer), _status_of(statuses, c.WATCH_CONTAINER)
+    restarted, due = int(cs.get("restartCount") or 0), told - attempt
+    ended = (cs.get("state") or {}).get("terminated")
+    watching = status.get("phase") == "Running" and "running" in (watch.get("state") or {})
     found: dict[str, Any] = {
         "in_place": True,
         "told": told,
         "restarted": restarted,
-        "reran": int(gate.get("restartCount") or 0),
-        "failed_in_place": failed and status.get("phase") not in ("Failed", "Succeeded"),
+        "reran": int(watch.get("restartCount") or 0),
+        "watching": watching,
+        "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
+        # Restarted more often than it was told to: a restart nobody asked for.
+        "failed_in_place": watching and restarted > due,
     }
-    end = now if now and now.get("exitCode") else last
-    if found["failed_in_place"] and end:
+    if watching and ended and restarted == due:  # this attempt's trainer ended
+        code = int(ended.get("exitCode") or 0)
         found.update(
-            exit_code=int(end.get("exitCode", 0)),
-            reason=end.get("reason"),
-            message=end.get("message"),
+            phase="Failed" if code else "Succeeded",
+            failed_in_place=bool(code),
+            exit_code=code,
+            reason=ended.get("reason"),
+            message=ended.get("message"),
         )
     return found
 
@@ -247,13 +252,12 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
             unschedulable = cond.get("message") or "unschedulable"
 
     owner_uid, owner = controller(meta)
-    ends = {"exit_code": exit_code, "reason": reason, "message": message}
+    ends = {"phase": phase, "exit_code": exit_code, "reason": reason, "message": message}
     ends.update(_in_place(meta, spec, status, trainer))
     return WorkerPod(
         name=meta.get("name", ""),
         index=index,
         attempt=attempt,
-        phase=phase,
         uid=meta.get("uid"),
         deleting=bool(meta.get("deletionTimestamp")),
         node=spec.get("nodeName"),
