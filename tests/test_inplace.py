@@ -84,8 +84,18 @@ def test_a_group_with_a_failed_trainer_is_given_the_next_attempt_in_place() -> N
     pods = [worker(0), worker(1, trainer=exited(3))]
     plan = reconcile.plan(JOB, {"restarts": 0}, pods, NOW)
     assert plan.status["restarts"] == 1 and plan.attempt == 1
-    assert [p.name for p in plan.tell] == ["j-worker-0", "j-worker-1"]
+    # Worker 0 first: worker 1 would restart at once and find worker 0's old processes.
+    assert [p.name for p in plan.tell] == ["j-worker-0"]
     assert plan.delete == [] and plan.create == []
+    killed = worker(0, told=1, restarts=0, watch=0, trainer=exited(137))
+    later = reconcile.plan(JOB, plan.status, [killed, pods[1]], NOW)
+    assert [p.name for p in later.tell] == ["j-worker-1"]
+    again = worker(0, told=1, restarts=1)
+    assert [p.name for p in reconcile.plan(JOB, plan.status, [again, pods[1]], NOW).tell] == [
+        "j-worker-1"
+    ]
+    failed = reconcile.plan(JOB, {}, [worker(0, trainer=exited(3)), worker(1)], NOW)
+    assert [p.name for p in failed.tell] == ["j-worker-0", "j-worker-1"]
     restarting = condition(plan.status["conditions"], "Restarting")
     assert restarting["reason"] == "RestartingInPlace" and restarting["status"] == "True"
     assert plan.status["phase"] == "Restarting"
@@ -236,7 +246,7 @@ def test_a_finished_job_lets_its_in_place_pods_end_once() -> None:
     assert [p.name for p in plan.finish_pods] == ["j-worker-0", "j-worker-1"]
     told = [dataclasses.replace(p, finishing=True) for p in pods]
     assert reconcile.plan(JOB, plan.status, told, NOW).finish_pods == []
-    failed = [worker(0), worker(1, trainer=exited(3))]
+    failed = [worker(0, told=3, restarts=3), worker(1, told=3, restarts=3, trainer=exited(3))]
     last = reconcile.plan(JOB, {"restarts": 3}, failed, NOW)
     assert last.status["phase"] == "Failed"
     # The failed worker is kept (its end on record), the running one deleted (cleanPodPolicy).

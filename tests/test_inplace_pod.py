@@ -38,7 +38,7 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     trainer, watch = spec["containers"]
     assert spec["restartPolicy"] == "Never" and "restartPolicyRules" not in trainer
     assert "initContainers" not in spec
-    assert watch["name"] == "ddp-attempt-watch" and watch["restartPolicy"] == "Never"
+    assert watch["name"] == "ddp-attempt-watch" and watch["restartPolicy"] == "OnFailure"
     assert watch["restartPolicyRules"] == [
         {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [86]}}
     ]

@@ -93,8 +93,10 @@ def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
     assert sorted(ATTEMPT.findall(logs)) == [(str(r), "1") for r in range(4)], logs
     # The job has finished: the operator lets the pods end (their watch exits 0).
     wait_for(
-        lambda: [p["status"]["phase"] for p in _pods(cluster, namespace, "inplace")]
-        == ["Succeeded", "Succeeded"],
+        lambda: (
+            [p["status"]["phase"] for p in _pods(cluster, namespace, "inplace")]
+            == ["Succeeded", "Succeeded"]
+        ),
         timeout=60,
         what="both pods Succeeded",
     )

@@ -22,6 +22,7 @@ from harness.realnode import (
     for_real_node,
     kubectl_ddp,
     trainer_job,
+    trainer_status,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
@@ -119,20 +120,31 @@ def test_launch_style_runs_unchanged_in_real_pods(
     assert_all_ranks(logs, world)
 
 
+@pytest.mark.parametrize(
+    ("strategy", "reason"), [("InPlace", "RestartingInPlace"), ("Recreate", "WorkerFailed")]
+)
 def test_a_real_crash_restarts_the_group_which_then_succeeds(
-    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+    cluster: Cluster,
+    namespace: str,
+    operator,
+    images: dict[str, str],
+    strategy: str,
+    reason: str,
 ) -> None:
     """Worker 1 exits 3 in attempt 0 (a real process's exit code, as the kubelet reports it):
-    the group restarts and attempt 1 succeeds."""
+    the group restarts, in place or recreated, and attempt 1 succeeds (torchrun: worker 1's new
+    processes must not meet worker 0's old ones)."""
     script = (
         'if [ "$DDP_ATTEMPT" = 0 ] && [ "$NODE_RANK" = 1 ]; then echo crash; exit 3; fi; '
         "exec torchrun examples/scripts/allreduce.py"
     )
-    job = trainer_job("crash", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=2)
+    args = ["sh", "-c", script]
+    job = trainer_job("crash", namespace, images["trainer"], args, backoffLimit=2)
+    job["spec"]["restartStrategy"] = strategy
     jobs.apply(cluster, job)
     done = jobs.wait_phase(cluster, namespace, "crash", "Succeeded", timeout=300)
-    assert done["status"]["restarts"] == 1
-    failed = jobs.wait_event(cluster, namespace, "crash", "WorkerFailed")
+    assert done["status"]["restarts"] == 1, done["status"]
+    failed = jobs.wait_event(cluster, namespace, "crash", reason)
     assert any("crash-worker-1 exited with code 3" in e["message"] for e in failed), failed
 
 
@@ -163,15 +175,15 @@ def test_a_worker_killed_with_sigkill_restarts_the_group(
     os.kill(pid, signal.SIGKILL)
     done = jobs.wait_phase(cluster, namespace, "killed", "Succeeded", timeout=300)
     assert done["status"]["restarts"] == 1
-    failed = jobs.wait_event(cluster, namespace, "killed", "WorkerFailed")
+    failed = jobs.wait_event(cluster, namespace, "killed", "RestartingInPlace")
     words = "killed-worker-0 exited with code 137 (Error, killed by SIGKILL)"
     assert any(words in e["message"] for e in failed), failed
     assert_all_ranks(kubectl_ddp(cluster, "logs", "killed", "-n", namespace), 2)
 
 
 def _pid_if_running(cluster: Cluster, ns: str, pod: str) -> int | None:
-    statuses = cluster.core.read_namespaced_pod(pod, ns).status.container_statuses or []
-    if not (statuses and statuses[0].state.running):
+    status = trainer_status(cluster, ns, pod)
+    if not (status and status.state.running):
         return None
     return container_pid(cluster, ns, pod)
 
@@ -185,7 +197,7 @@ def test_ddp_wait_holds_the_workers_until_a_late_worker_0_listens(
     job = trainer_job("late", namespace, images["trainer"], ["sh", "-c", script], backoffLimit=0)
     jobs.apply(cluster, job)
     jobs.wait_phase(cluster, namespace, "late", "Succeeded", timeout=300)
-    waited = cluster.core.read_namespaced_pod_log("late-worker-1", namespace)
+    waited = cluster.core.read_namespaced_pod_log("late-worker-1", namespace, container="trainer")
     assert "ddp-wait: waiting for" in waited and ":29500" in waited, waited
     assert_all_ranks(kubectl_ddp(cluster, "logs", "late", "-n", namespace), 2)
 
@@ -224,7 +236,7 @@ def test_dev_shm_is_memory_backed_and_of_the_requested_size(
     job["spec"]["nodes"] = 1
     jobs.apply(cluster, job)
     jobs.wait_phase(cluster, namespace, "shm", "Succeeded", timeout=180)
-    log = cluster.core.read_namespaced_pod_log("shm-worker-0", namespace)
+    log = cluster.core.read_namespaced_pod_log("shm-worker-0", namespace, container="trainer")
     mount, usage = [line.split() for line in log.splitlines() if line.startswith("tmpfs ")]
     assert mount[1:3] == ["/dev/shm", "tmpfs"] and "size=262144k" in mount[3], log
     assert usage[1] == "262144" and usage[5] == "/dev/shm", log  # 1K-blocks: 256 MiB

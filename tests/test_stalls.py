@@ -123,7 +123,7 @@ def test_a_missing_configmap_is_on_the_job_until_it_is_created(
     done = jobs.get(cluster, namespace, "mount")
     assert jobs.condition(done, "ContainersNotStarting")["status"] == "False", done["status"]
     assert done["status"].get("restarts", 0) == 0, done["status"]
-    log = cluster.core.read_namespaced_pod_log("mount-worker-0", namespace)
+    log = cluster.core.read_namespaced_pod_log("mount-worker-0", namespace, container="trainer")
     assert "hello from the ConfigMap" in log, log
 
 

@@ -139,7 +139,7 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
 ATTEMPT_VOLUME = "ddp-attempt"
 RESTART_EXIT_CODE = 86
-IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the gate, and what a node declares
+IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the feature gate a node declares
 # The kubelet begins an in-place restart within seconds (measured: 1-3 s); one that has not begun
 # this long after the operator asked for it is not coming (a kubelet without the feature).
 IN_PLACE_TIMEOUT_SECONDS = 60

@@ -39,8 +39,17 @@ def belongs(pod: WorkerPod, attempt: int, wanted: bool = True) -> bool:
 
 
 def to_tell(current: Iterable[WorkerPod], attempt: int) -> list[WorkerPod]:
-    """The group's in-place pods not yet given ``attempt``."""
-    return [p for p in current if p.in_place and p.attempt_now < attempt and not p.deleting]
+    """The group's in-place pods to give ``attempt`` now: those not yet given it, but only
+    worker 0 while it still runs a trainer of an earlier attempt. A pod restarts as soon as it is
+    told, and one whose trainer had ended restarts at once: its new processes would find worker
+    0's old ones still serving the rendezvous and join them (seen in real containers)."""
+    current = list(current)
+    due = [p for p in current if p.in_place and p.attempt_now < attempt and not p.deleting]
+    master = next((p for p in current if p.index == 0), None)
+    old = master is not None and master.in_place and master.trainer_running
+    if old and (master.attempt_now < attempt or master.restarted < master.restarts_due):
+        return [p for p in due if p is master]
+    return due
 
 
 def behind(pod: WorkerPod, attempt: int) -> bool:

@@ -74,7 +74,7 @@ def watch_container(trainer: Manifest) -> Manifest:
         "securityContext": SECURITY,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": c.ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True}],
-        "restartPolicy": "Never",
+        "restartPolicy": "OnFailure",  # killed (by OOM, by hand): it alone starts again
         "restartPolicyRules": [
             {
                 "action": "RestartAllContainers",

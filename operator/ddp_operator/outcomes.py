@@ -11,6 +11,12 @@ from .jobspec import JobSpec
 from .workers import WorkerPod
 
 
+def _phase(pod: WorkerPod, attempt: int) -> str:
+    """The pod's phase in ``attempt``: an in-place pod yet to restart for it has not ended in it,
+    whatever its trainer did in the attempt before."""
+    return "Running" if pod.watching and pod.attempt_now < attempt else pod.phase
+
+
 def failures(
     job: JobSpec,
     current: dict[int, WorkerPod],
@@ -31,7 +37,9 @@ def failures(
                 continue
             if created or (worker_name(job, i), attempt) in seen:
                 found.append(f"{worker_name(job, i)} was deleted")
-        elif pod.phase == "Failed" or (pod.failed_in_place and pod.attempt_now == attempt):
+        elif _phase(pod, attempt) == "Failed" or (
+            pod.failed_in_place and pod.attempt_now == attempt
+        ):
             found.append(pod.describe_end())
         elif pod.deleting and pod.phase != "Succeeded" and pod.node_lost:
             found.append(f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})")
@@ -40,11 +48,11 @@ def failures(
     return found
 
 
-def succeeded(job: JobSpec, current: dict[int, WorkerPod]) -> str | None:
-    """The success reason, if the success policy is met."""
+def succeeded(job: JobSpec, current: dict[int, WorkerPod], attempt: int) -> str | None:
+    """The success reason, if the success policy is met in ``attempt``."""
     if job.success_policy == c.SUCCESS_WORKER0:
         worker0 = current.get(0)
-        return "Worker0Succeeded" if worker0 and worker0.phase == "Succeeded" else None
-    if all(i in current and current[i].phase == "Succeeded" for i in range(job.nodes)):
+        return "Worker0Succeeded" if worker0 and _phase(worker0, attempt) == "Succeeded" else None
+    if all(i in current and _phase(current[i], attempt) == "Succeeded" for i in range(job.nodes)):
         return "AllWorkersSucceeded"
     return None

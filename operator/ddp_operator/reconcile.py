@@ -175,7 +175,7 @@ def plan(
             return finish(result)
 
     # 6. Success, then failure: what it means for the job is ``recovery``'s decision.
-    reason = outcomes.succeeded(job, current)
+    reason = outcomes.succeeded(job, current, attempt)
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
@@ -190,7 +190,7 @@ def plan(
         new["restarts"] = attempt + 1
         recovery.restarting(conds, decision)
         if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
-            result.tell = [p for p in current.values() if not p.deleting]
+            result.tell = inplace.to_tell(current.values(), attempt + 1)
             return finish(result)
         new["workers"] = _counts([])
         result.delete = [p for p in pods if not p.deleting]

@@ -60,21 +60,11 @@ def unschedulable(conds: Conditions, live: Sequence[WorkerPod], nodes: int) -> N
             True,
             "Unschedulable",
             f"{len(stuck)} of {nodes} workers cannot be scheduled; "
-            f"{stuck[0].name}: {stuck[0].unschedulable}{_hint(stuck[0])}",
+            f"{stuck[0].name}: {stuck[0].unschedulable}",
             WARNING,
         )
     else:
         conds.clear(c.COND_UNSCHEDULABLE, "Scheduled", "every worker is scheduled")
-
-
-def _hint(pod: WorkerPod) -> str:
-    """What to do when no node declares what an in-place pod needs."""
-    if pod.in_place and "required features" in (pod.unschedulable or ""):
-        return (
-            f" (a pod that restarts in place needs a node declaring "
-            f"{c.IN_PLACE_FEATURE}, a kubelet v1.35+: set spec.restartStrategy: Recreate)"
-        )
-    return ""
 
 
 def not_starting(conds: Conditions, live: Sequence[WorkerPod]) -> None:

@@ -70,6 +70,7 @@ class WorkerPod:
     failed_in_place: bool = False
     watching: bool = False  # its watch runs: it can restart in place, whatever its trainer did
     finishing: bool = False  # told that the job has finished: its watch ends
+    trainer_running: bool = False
 
     @property
     def attempt_now(self) -> int:
@@ -134,16 +135,19 @@ def _node_lost(status: Mapping[str, Any]) -> str | None:
 
 
 def _not_starting(status: Mapping[str, Any]) -> Waiting | None:
-    """The first container (init containers first) waiting for a reason other than STARTING."""
-    for cs in [
-        *(status.get("initContainerStatuses") or ()),
-        *(status.get("containerStatuses") or ()),
-    ]:
+    """The first container (init containers first, the operator's watch last) waiting for a
+    reason other than STARTING."""
+    mains = sorted(status.get("containerStatuses") or (), key=lambda cs: _is_watch(cs))
+    for cs in [*(status.get("initContainerStatuses") or ()), *mains]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason and reason not in STARTING:
             return Waiting(cs.get("name", ""), reason, waiting.get("message") or "")
     return None
+
+
+def _is_watch(cs: Mapping[str, Any]) -> bool:
+    return cs.get("name") == c.WATCH_CONTAINER
 
 
 def _container_ran(status: Mapping[str, Any]) -> bool:
@@ -195,11 +199,13 @@ def _in_place(
         "restarted": restarted,
         "reran": int(watch.get("restartCount") or 0),
         "watching": watching,
+        "trainer_running": "running" in (cs.get("state") or {}),
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
         # Restarted more often than it was told to: a restart nobody asked for.
         "failed_in_place": watching and restarted > due,
     }
-    if watching and ended and restarted == due:  # this attempt's trainer ended
+    live = status.get("phase") not in ("Succeeded", "Failed")
+    if live and ended and restarted == due:  # this attempt's trainer ended; the pod is to end
         code = int(ended.get("exitCode") or 0)
         found.update(
             phase="Failed" if code else "Succeeded",

@@ -113,9 +113,15 @@ def ctr(*args: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
+def trainer_status(cluster: Cluster, ns: str, pod: str) -> Any:
+    """The status of the pod's trainer container (the statuses come sorted by name)."""
+    statuses = cluster.core.read_namespaced_pod(pod, ns).status.container_statuses or []
+    return next((s for s in statuses if s.name == "trainer"), None)
+
+
 def container_pid(cluster: Cluster, ns: str, pod: str) -> int:
-    """The host PID of the main process of the pod's first container."""
-    status = cluster.core.read_namespaced_pod(pod, ns).status.container_statuses[0]
+    """The host PID of the main process of the pod's trainer container."""
+    status = trainer_status(cluster, ns, pod)
     cid = status.container_id.removeprefix("containerd://")
     for line in ctr("tasks", "ls").splitlines()[1:]:
         task, pid, _ = line.split()
