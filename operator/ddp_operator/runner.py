@@ -221,23 +221,16 @@ class JobRunner:
                 )
                 for p, force in removals
             )
-        if plan.tell:  # after the status that records the attempt: a crash cannot lose it
-            attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
-            await all_steps(
-                (
-                    f"giving pod {p.name} attempt {plan.attempt}",
-                    self.kube.annotate_pod(job.namespace, p.name, p.uid, attempt),
-                )
-                for p in plan.tell
+        # After the status that records the attempt (a crash cannot lose it), or the end.
+        attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
+        await all_steps(
+            (f"{what} pod {p.name}", self.kube.annotate_pod(job.namespace, p.name, p.uid, marks))
+            for pods, marks, what in (
+                (plan.tell, attempt, f"giving attempt {plan.attempt} to"),
+                (plan.finish_pods, FINISHED, "letting end"),  # the watch containers end
             )
-        if plan.finish_pods:  # the job has finished: their watch containers end
-            await all_steps(
-                (
-                    f"letting pod {p.name} end",
-                    self.kube.annotate_pod(job.namespace, p.name, p.uid, FINISHED),
-                )
-                for p in plan.finish_pods
-            )
+            for p in pods
+        )
         created = bool(plan.create) and await self.create(job, plan)
         if not record_first:
             await self.record(plan, created)
