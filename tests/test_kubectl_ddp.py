@@ -70,6 +70,23 @@ def test_render_status_without_a_cluster() -> None:
     assert lines[6].split() == ["2", "-", "NotCreated", "-", "-", "-", "-"]
 
 
+def test_render_status_of_an_in_place_pod_shows_its_attempt_and_its_trainers_end() -> None:
+    body = ddpjob("p", "ns", nodes=1)
+    body["status"] = {"phase": "Running", "restarts": 2}
+    pod = builders.build_worker_pod(resolve(body), 0, attempt=0, in_place=True)
+    pod["metadata"]["annotations"]["ddp-operator.io/attempt"] = "2"
+    ended = {"terminated": {"exitCode": 3, "reason": "Error"}}
+    pod["status"] = {
+        "phase": "Running",
+        "containerStatuses": [
+            {"name": "ddp-attempt-watch", "restartCount": 2, "state": {"running": {}}},
+            {"name": "trainer", "restartCount": 2, "state": ended},
+        ],
+    }
+    row = jobview.render_status(body, [pod]).splitlines()[-1].split()
+    assert row[:6] == ["0", "p-worker-0", "Failed", "-", "2", "3"], row
+
+
 @pytest.mark.cluster
 @pytest.mark.usefixtures("operator")
 def test_status_and_logs_of_a_running_job(cluster: Cluster, namespace: str) -> None:

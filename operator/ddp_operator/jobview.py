@@ -65,7 +65,9 @@ def render_status(
     by_index = {}
     for pod in pods:
         w = observe(pod)
-        if w is not None and not (w.index in by_index and by_index[w.index][0].attempt > w.attempt):
+        if w is not None and not (
+            w.index in by_index and by_index[w.index][0].attempt_now > w.attempt_now
+        ):
             by_index[w.index] = (w, pod)
     said = kubelet_events.latest(events, (w.uid for w, _ in by_index.values() if w.uid))
     for i in range(nodes):
@@ -79,7 +81,7 @@ def render_status(
             waiting = f"{said[w.uid].reason}: {said[w.uid].message}".rstrip(": ")
         reason = w.unschedulable or waiting or w.reason or "-"
         exit_code = "-" if w.exit_code is None else str(w.exit_code)
-        rows.append((str(i), w.name, phase, w.node or "-", str(w.attempt), exit_code, reason))
+        rows.append((str(i), w.name, phase, w.node or "-", str(w.attempt_now), exit_code, reason))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
