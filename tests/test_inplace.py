@@ -118,14 +118,20 @@ def test_pods_not_yet_told_are_told_again_and_the_group_runs_once_all_restarted(
 def test_a_restart_the_kubelet_never_begins_is_recreated_after_the_timeout() -> None:
     status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
     waiting = [worker(0, told=1, restarts=0, watch=0), worker(1, told=1, restarts=1)]
-    assert reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=30)).delete == []
-    later = NOW + timedelta(seconds=61)
+    # 60 s and twice the pods' grace period (30 s: Kubernetes' default): worker 0's old
+    # processes end first, then the others'.
+    assert inplace.limit(JOB) == 120
+    assert reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=119)).delete == []
+    later = NOW + timedelta(seconds=121)
     plan = reconcile.plan(JOB, status, waiting, later)
     assert plan.status["restarts"] == 2 and len(plan.delete) == 2
     cond = condition(plan.status["conditions"], "Restarting")
     assert cond["reason"] == "WorkerFailed"
-    assert "j-worker-0 was not restarted in place within 60s" in cond["message"]
+    assert "j-worker-0 was not restarted in place within 120s" in cond["message"]
     assert "not in place: j-worker-0 was not restarted in place" in cond["message"]
+    quick = copy.deepcopy(BODY)
+    quick["spec"]["template"] = {"spec": {"terminationGracePeriodSeconds": 5}}
+    assert inplace.limit(resolve(quick)) == 70
 
 
 def test_a_pod_that_ended_whole_recreates_the_group() -> None:

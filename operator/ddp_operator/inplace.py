@@ -100,27 +100,38 @@ def settle(conds: Conditions, job: JobSpec, pods: Iterable[WorkerPod]) -> bool:
     return False
 
 
+def limit(job: JobSpec) -> int:
+    """Seconds a restart in place may take to begin on every pod: worker 0's old processes end
+    first, then the others' (each within the pods' termination grace period), and a margin."""
+    grace = (job.template.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return c.IN_PLACE_TIMEOUT_SECONDS + 2 * int(30 if grace is None else grace)
+
+
 def stuck(
-    current: Iterable[WorkerPod], attempt: int, status: Mapping[str, Any], now: datetime
+    current: Iterable[WorkerPod],
+    attempt: int,
+    status: Mapping[str, Any],
+    now: datetime,
+    seconds: int = c.IN_PLACE_TIMEOUT_SECONDS,
 ) -> list[str]:
-    """The pods given ``attempt`` whose kubelet has not restarted their watch
-    IN_PLACE_TIMEOUT_SECONDS after the restart was decided (its Restarting condition)."""
+    """The pods given ``attempt`` whose kubelet has not restarted their watch ``seconds``
+    after the restart was decided (its Restarting condition)."""
     cond = condition(status.get("conditions") or [], c.COND_RESTARTING)
     since = parse_time((cond or {}).get("lastTransitionTime"))
-    if since is None or now - since < timedelta(seconds=c.IN_PLACE_TIMEOUT_SECONDS):
+    if since is None or now - since < timedelta(seconds=seconds):
         return []
     return [
-        f"{p.name} was not restarted in place within {c.IN_PLACE_TIMEOUT_SECONDS}s"
+        f"{p.name} was not restarted in place within {seconds}s"
         + (f" (does node {p.node} run a kubelet with RestartAllContainers?)" if p.node else "")
         for p in current
         if p.in_place and p.attempt_now == attempt and p.reran < p.restarts_due and not p.deleting
     ]
 
 
-def recheck(current: Iterable[WorkerPod], attempt: int) -> float | None:
+def recheck(current: Iterable[WorkerPod], attempt: int, seconds: float) -> float | None:
     """Seconds until a restart still pending may be found stuck, if any pod is behind."""
     if any(behind(p, attempt) for p in current):
-        return float(c.IN_PLACE_TIMEOUT_SECONDS)
+        return float(seconds)
     return None
 
 

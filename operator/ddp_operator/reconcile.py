@@ -181,7 +181,7 @@ def plan(
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
     excused = kueue.not_failures(evicted, attempt)
     failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt, excused)
-    stuck = inplace.stuck(current.values(), attempt, status, now)
+    stuck = inplace.stuck(current.values(), attempt, status, now, inplace.limit(job))
     if failures or stuck:
         obstacle = inplace.obstacle(job, current, stuck, in_place)
         decision = recovery.decide(job, failures + stuck, attempt, obstacle)
@@ -202,7 +202,7 @@ def plan(
     #    containers) and unless a pod of that name exists (a foreign one: reported).
     result.delete = [p for p in stale if not p.deleting]
     result.tell = inplace.to_tell(current.values(), attempt)
-    result.recheck_in(inplace.recheck(current.values(), attempt))
+    result.recheck_in(inplace.recheck(current.values(), attempt, inplace.limit(job)))
     taken = {p.name for p in observed}
     missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
     result.create = [] if stale else [i for name, i in missing.items() if name not in taken]
