@@ -163,7 +163,7 @@ def test_an_old_restarting_condition_does_not_make_a_new_restart_stuck() -> None
     since = format_time(NOW - timedelta(hours=1))
     conds = [{"type": "Restarting", "status": "False", "lastTransitionTime": since}]
     pods = [worker(0), worker(1)]
-    assert inplace.stuck(pods, 0, {"conditions": conds}, NOW) == []
+    assert inplace.stuck(pods, 0, {"conditions": conds}, NOW, inplace.limit(JOB)) == []
 
 
 def test_a_pod_that_ended_before_it_restarted_for_the_attempt_is_not_in_it() -> None:

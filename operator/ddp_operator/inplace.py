@@ -112,7 +112,7 @@ def stuck(
     attempt: int,
     status: Mapping[str, Any],
     now: datetime,
-    seconds: int = c.IN_PLACE_TIMEOUT_SECONDS,
+    seconds: int,
 ) -> list[str]:
     """The pods given ``attempt`` whose kubelet has not restarted their watch ``seconds``
     after the restart was decided (its Restarting condition)."""

@@ -62,7 +62,7 @@ class WorkerPod:
     # In-place pods (``inplace_pod``): the attempt the operator gave the pod (its annotation;
     # None: the pod's own ``attempt``), how often its trainer and its watch were (re)started
     # since the pod was created, and whether its trainer failed in that attempt (``exit_code``).
-    # While its watch runs, ``phase`` is what its trainer's end of this attempt makes it.
+    # Until the pod itself ends, ``phase`` is what its trainer's end of this attempt makes it.
     in_place: bool = False
     told: int | None = None
     restarted: int = 0
