@@ -194,3 +194,15 @@ def test_a_missing_job_fails_in_one_line(cluster: Cluster, namespace: str) -> No
     for verb in ("status", "logs"):
         result = ddp(cluster, verb, "nope", "-n", namespace)
         one_line_failure(result, 1, "404", '"nope" not found')
+
+
+def test_an_elastic_job_shows_its_live_world_and_replacements() -> None:
+    job = {
+        "metadata": {"name": "e", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodes": 3, "minNodes": 2, "maxNodes": 3},
+        "status": {"phase": "Running", "restarts": 0, "worldSize": 4, "replacements": 1},
+    }
+    line = jobview.render_status(job, [], now=datetime(2026, 1, 1, 0, 5, tzinfo=UTC)).splitlines()[
+        0
+    ]
+    assert line.endswith("restarts=0  age=5m  world=4  replacements=1")

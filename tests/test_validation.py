@@ -134,3 +134,37 @@ def test_shape_of_a_live_job_is_immutable(cluster: Cluster, namespace: str) -> N
     # What may change: suspend, backoffLimit, deadlines.
     ok = ddpjob("fixed", namespace, nodes=2, accelerator=GPU8, suspend=True, backoffLimit=5)
     assert jobs.apply(cluster, ok, check=False).returncode == 0
+
+
+def test_nodes_of_an_elastic_job_change_within_its_bounds(cluster: Cluster, namespace: str) -> None:
+    bounds = {"minNodes": 2, "maxNodes": 3}
+    jobs.apply(cluster, ddpjob("scales", namespace, nodes=3, suspend=True, **bounds))
+    assert jobs.apply(cluster, ddpjob("scales", namespace, nodes=2, suspend=True, **bounds))
+    assert jobs.get(cluster, namespace, "scales")["spec"]["nodes"] == 2
+    for nodes, words in ((4, "spec.maxNodes"), (1, "spec.minNodes")):
+        body = ddpjob("scales", namespace, nodes=nodes, suspend=True, **bounds)
+        result = jobs.apply(cluster, body, check=False)
+        assert result.returncode != 0 and words in result.stderr, (nodes, result.stderr)
+    # Not elastic (minNodes == maxNodes): the size is fixed.
+    fixed = {"minNodes": 2, "maxNodes": 2}
+    jobs.apply(cluster, ddpjob("pinned", namespace, nodes=2, suspend=True, **fixed))
+    result = jobs.apply(
+        cluster, ddpjob("pinned", namespace, nodes=1, suspend=True, **fixed), check=False
+    )
+    assert (
+        result.returncode != 0 and "spec.nodes may change only on an elastic job" in result.stderr
+    )
+
+
+def test_rdzv_conf_names_torchrun_options_but_not_is_host(cluster: Cluster, namespace: str) -> None:
+    for conf, words in (
+        ({"is_host": "1"}, "spec.rdzvConf.is_host"),
+        ({"Last-Call": "5"}, "torchrun option names"),
+        ({"last_call_timeout": "5,is_host=1"}, "spec.rdzvConf"),
+    ):
+        body = ddpjob("conf", namespace, nodes=2, minNodes=1, maxNodes=2, rdzvConf=conf)
+        result = jobs.apply(cluster, body, check=False)
+        assert result.returncode != 0 and words in result.stderr, (conf, result.stderr)
+    body = ddpjob("conf", namespace, nodes=2, minNodes=1, maxNodes=2, suspend=True)
+    body["spec"]["rdzvConf"] = {"last_call_timeout": "5"}
+    jobs.apply(cluster, body)

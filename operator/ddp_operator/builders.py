@@ -59,6 +59,7 @@ def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[dict[str, str]
     nprocs = job.procs_per_node
     hosts = ",".join(worker_host(job, i) for i in range(job.nodes))
     devices = job.accelerator.per_node if job.accelerator else nprocs
+    conf = [f"{k}={v}" for k, v in job.rdzv_conf]
     env: list[tuple[str, str]] = [
         ("MASTER_ADDR", master),
         ("MASTER_PORT", str(job.master_port)),
@@ -70,8 +71,7 @@ def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[dict[str, str]
     if nprocs == 1:
         env += [("RANK", str(index)), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")]
     if job.elastic:
-        lo = job.min_nodes or job.nodes
-        hi = job.max_nodes or job.nodes
+        lo, hi = job.node_bounds
         env.append(("PET_NNODES", f"{lo}:{hi}"))
     else:
         env.append(("PET_NNODES", str(job.nodes)))
@@ -88,7 +88,7 @@ def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[dict[str, str]
             ("PET_RDZV_ID", job.uid or job.name),
             # torchrun hosts the c10d store where the endpoint names the local host; a pod's
             # canonical name is its FQDN, so say explicitly which worker hosts it.
-            ("PET_RDZV_CONF", f"is_host={'1' if index == 0 else '0'}"),
+            ("PET_RDZV_CONF", ",".join([f"is_host={'1' if index == 0 else '0'}", *conf])),
         ]
     env += [
         (c.ENV_BACKEND, job.backend),
@@ -131,13 +131,29 @@ def build_service(job: JobSpec) -> Manifest:
     }
 
 
-def _merge_env(user_env: list[dict[str, Any]], ours: list[dict[str, str]]) -> list[dict[str, Any]]:
+def _defaults(job: JobSpec) -> list[tuple[str, str]]:
+    """Env the user may set otherwise: unbuffered output, and for elastic jobs torchrun's own
+    restarts (each lost node costs every agent one) and a rendezvous store set up anew each
+    round (torch's shared store leaves a node that joins a later round waiting for an address
+    no one writes again: seen in real pods, torch 2.15)."""
+    env = [("PYTHONUNBUFFERED", "1")]
+    if job.elastic:
+        env += [
+            ("PET_MAX_RESTARTS", str(c.ELASTIC_MAX_RESTARTS)),
+            ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+        ]
+    return env
+
+
+def _merge_env(
+    job: JobSpec, user_env: list[dict[str, Any]], ours: list[dict[str, str]]
+) -> list[dict[str, Any]]:
     # Ours first, so user entries may reference them with $(VAR); reserved user names are refused
     # by the CRD, and dropped here for manifests that bypassed it.
     taken = {e["name"] for e in ours}
     user = [e for e in user_env if e.get("name") not in taken]
-    if not any(e.get("name") == "PYTHONUNBUFFERED" for e in user):
-        ours = [*ours, {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    named = {e.get("name") for e in user}
+    ours = ours + [{"name": k, "value": v} for k, v in _defaults(job) if k not in named]
     return [*ours, *user]
 
 
@@ -247,7 +263,7 @@ def build_worker_pod(
 
     at = trainer_index(pod_spec)
     trainer = pod_spec["containers"][at]
-    trainer["env"] = _merge_env(trainer.get("env") or [], build_env(job, index, attempt))
+    trainer["env"] = _merge_env(job, trainer.get("env") or [], build_env(job, index, attempt))
     ports = trainer.setdefault("ports", [])
     if not any(p.get("containerPort") == job.master_port for p in ports):
         ports.append({"name": "rendezvous", "containerPort": job.master_port})

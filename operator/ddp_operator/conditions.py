@@ -94,7 +94,7 @@ class Conditions:
             self.set(type_, False, reason, message, event)
 
 
-PROGRESS_KEYS = frozenset({"workers", "conditions"})
+PROGRESS_KEYS = frozenset({"workers", "conditions", "worldSize"})
 COUNTING = frozenset({c.COND_CREATED, c.COND_RUNNING})  # their messages count workers
 
 

@@ -143,6 +143,9 @@ IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the feature gate a 
 # The kubelet begins an in-place restart within seconds (measured: 1-3 s); one that has not begun
 # this long after the operator asked for it is not coming (a kubelet without the feature).
 IN_PLACE_TIMEOUT_SECONDS = 60
+# torchrun's restarts of its workers (PET_MAX_RESTARTS) in an elastic job, unless the template
+# sets it: each lost or removed node costs every agent one; past them, the group restarts.
+ELASTIC_MAX_RESTARTS = 3
 
 # Success and clean-up policies.
 SUCCESS_ALL_WORKERS = "AllWorkers"

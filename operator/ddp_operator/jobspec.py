@@ -79,6 +79,7 @@ class JobSpec:
     gang: Gang | None = None
     queue: Queue | None = None
     restart_strategy: str = c.RESTART_IN_PLACE
+    rdzv_conf: tuple[tuple[str, str], ...] = ()  # spec.rdzvConf: torchrun's rendezvous options
 
     @property
     def kind_name(self) -> str:
@@ -88,6 +89,18 @@ class JobSpec:
     @property
     def elastic(self) -> bool:
         return self.min_nodes is not None or self.max_nodes is not None
+
+    @property
+    def node_bounds(self) -> tuple[int, int]:
+        """The rendezvous' (min, max) nodes: spec.minNodes and spec.maxNodes, or spec.nodes."""
+        return (self.min_nodes or self.nodes, self.max_nodes or self.nodes)
+
+    @property
+    def scalable(self) -> bool:
+        """Elastic with room (minNodes < maxNodes), outside a gang or a queue (they place and
+        admit the group whole): a lost worker other than 0 is replaced alone (``elastic``)."""
+        lo, hi = self.node_bounds
+        return lo < hi and self.gang is None and self.queue is None
 
     @property
     def world_size(self) -> int:
@@ -185,6 +198,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         gang=_gang(spec.get("gangScheduling"), name),
         queue=_queue(meta, name),
         restart_strategy=_restart_strategy(spec),
+        rdzv_conf=tuple(sorted((str(k), str(v)) for k, v in (spec.get("rdzvConf") or {}).items())),
     )
 
 

@@ -58,6 +58,10 @@ def render_status(
         f"ddpjob/{meta['name']}  phase={status.get('phase', 'Pending')}  nodes={nodes}  "
         f"restarts={status.get('restarts', 0)}  age={age(meta.get('creationTimestamp'), now)}"
     ]
+    if spec.get("minNodes") is not None and spec.get("maxNodes") is not None:
+        lines[0] += (  # elastic: the live world size, and the workers replaced alone
+            f"  world={status.get('worldSize', 0)}  replacements={status.get('replacements', 0)}"
+        )
     for cond in status.get("conditions") or []:
         if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")

@@ -15,6 +15,9 @@ GROUP_RESTARTS = Counter("ddp_operator_group_restarts", "Whole-group restarts th
 IN_PLACE_RESTARTS = Counter(
     "ddp_operator_in_place_restarts", "Group restarts done in place (also in group_restarts)"
 )
+REPLACEMENTS = Counter(
+    "ddp_operator_worker_replacements", "Workers of elastic jobs replaced alone (no group restart)"
+)
 PODS_CREATED = Counter("ddp_operator_pods_created", "Worker pods created")
 API_REQUESTS = Counter(
     "ddp_operator_api_requests", "API requests made by the operator", ["verb", "code"]

@@ -24,27 +24,27 @@ def failures(
     seen: Collection[tuple[str, int]],
     attempt: int,
     excused: Collection[tuple[str, int]] = (),
-) -> list[str]:
-    """Descriptions of the workers of this attempt that failed, vanished or are being removed.
-    A missing worker has vanished if the whole group had been created, or if its pod of this
-    attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be created. One
-    whose pod Kueue removed (``excused``) has not failed."""
-    found = []
+) -> dict[int, str]:
+    """The workers of this attempt that failed, vanished or are being removed, by index: what
+    happened. A missing worker has vanished if the whole group had been created, or if its pod
+    of this attempt was seen before (``seen``: (pod name, attempt)); else it is yet to be
+    created. One whose pod Kueue removed, or that is being replaced (``excused``), has not."""
+    found: dict[int, str] = {}
     for i in range(job.nodes):
         pod = current.get(i)
         if pod is None:
             if (worker_name(job, i), attempt) in excused:
                 continue
             if created or (worker_name(job, i), attempt) in seen:
-                found.append(f"{worker_name(job, i)} was deleted")
+                found[i] = f"{worker_name(job, i)} was deleted"
         elif _phase(pod, attempt) == "Failed" or (
             pod.failed_in_place and pod.attempt_now == attempt
         ):
-            found.append(pod.describe_end())
+            found[i] = pod.describe_end()
         elif pod.deleting and pod.phase != "Succeeded" and pod.node_lost:
-            found.append(f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})")
+            found[i] = f"{pod.name} was lost with its node {pod.node} ({pod.node_lost})"
         elif pod.deleting and pod.phase != "Succeeded":
-            found.append(f"{pod.name} is being deleted (evicted, preempted or removed)")
+            found[i] = f"{pod.name} is being deleted (evicted, preempted or removed)"
     return found
 
 

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import constants as c
-from . import inplace, kueue, obstacles, outcomes, recovery, startup
+from . import elastic, inplace, kueue, obstacles, outcomes, recovery, startup
 from .builders import worker_name
 from .conditions import (
     NORMAL,
@@ -95,8 +95,13 @@ def plan(
     if refused:
         conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", refused, WARNING)
     in_place = inplace.settle(conds, job, pods)
+    replacing = elastic.pending(status, pods, attempt)
     current = {
-        p.index: p for p in pods if p.index < job.nodes and inplace.belongs(p, attempt, in_place)
+        p.index: p
+        for p in pods
+        if p.index < job.nodes
+        and inplace.belongs(p, attempt, in_place)
+        and not elastic.replaced(p, replacing)
     }
     chosen = {id(p) for p in current.values()}  # by identity: `in` a list is O(N) field-wise
     stale = [p for p in pods if id(p) not in chosen]
@@ -106,6 +111,9 @@ def plan(
         "startTime": status.get("startTime"),
         "completionTime": status.get("completionTime"),
         "workers": _counts(p for p in current.values() if not p.deleting),
+        "worldSize": 0,
+        "replacements": int(status.get("replacements") or 0),
+        "replacing": elastic.record(replacing),
     }
     result = Plan(status=new, own=pods, in_place=in_place)
     # What blocks the job, most recent first: (reason, message).
@@ -179,15 +187,22 @@ def plan(
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
-    excused = kueue.not_failures(evicted, attempt)
-    failures = outcomes.failures(job, current, conds.true(c.COND_CREATED), seen, attempt, excused)
+    excused = {*kueue.not_failures(evicted, attempt)}
+    excused |= {(worker_name(job, i), attempt) for i in replacing}
+    # An elastic job's Created counts workers before spec.nodes changed: only those seen vanish.
+    created = conds.true(c.COND_CREATED) and not job.scalable
+    failed = outcomes.failures(job, current, created, seen, attempt, excused)
     stuck = inplace.stuck(current.values(), attempt, status, now, inplace.limit(job))
-    if failures or stuck:
+    going: list[WorkerPod] = []  # replaced alone: deleted, and created again once gone
+    if elastic.alone(job, failed, current, stuck):
+        going = elastic.replace(conds, new, failed, current, replacing)
+    elif failed or stuck:
         obstacle = inplace.obstacle(job, current, stuck, in_place)
-        decision = recovery.decide(job, failures + stuck, attempt, obstacle)
+        decision = recovery.decide(job, [*failed.values(), *stuck], attempt, obstacle)
         if decision.action == recovery.FAIL:
             return stop(False, decision.reason, decision.message)
         new["restarts"] = attempt + 1
+        new["replacing"] = []
         recovery.restarting(conds, decision)
         if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
             result.tell = inplace.to_tell(current.values(), attempt + 1)
@@ -200,12 +215,14 @@ def plan(
     #    earlier attempt is left (a worker of a new group could meet a still-running process of
     #    the old one at the master's address, and the two would train together; seen in real
     #    containers) and unless a pod of that name exists (a foreign one: reported).
-    result.delete = [p for p in stale if not p.deleting]
+    result.delete = [p for p in stale if not p.deleting] + going
     result.tell = inplace.to_tell(current.values(), attempt)
     result.recheck_in(inplace.recheck(current.values(), attempt, inplace.limit(job)))
     taken = {p.name for p in observed}
     missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
-    result.create = [] if stale else [i for name, i in missing.items() if name not in taken]
+    # A pod replaced alone, or past spec.nodes (scaled down), keeps no other worker waiting.
+    waits = [p for p in stale if not elastic.apart(p, job, attempt, replacing)]
+    result.create = [] if waits else [i for name, i in missing.items() if name not in taken]
     conflict = obstacles.conflict(job, [p for p in foreign if p.name in missing])
     if conflict:
         blockers.append(conflict)
@@ -240,22 +257,9 @@ def plan(
     startup.report(conds, live, job.nodes, job.gang)
     result.recheck_in(kueue.report(conds, live, job, told))
 
-    # 9. Running once every worker has started (finished workers count as started).
-    started = len(live) == job.nodes and all(
-        p.phase in ("Running", "Succeeded") and not inplace.behind(p, attempt) for p in live
-    )
-    if started:
-        conds.set(c.COND_RUNNING, True, "AllWorkersRunning", f"{job.nodes} workers running", NORMAL)
-        conds.clear(
-            c.COND_RESTARTING, "Restarted", f"the group is running again (attempt {attempt})"
-        )
-    elif not conds.true(c.COND_RESTARTING):
-        conds.set(
-            c.COND_RUNNING,
-            False,
-            "WorkersPending",
-            f"{new['workers']['running']} of {job.nodes} workers running",
-        )
+    # 9. Running once every worker has started (finished ones count), or for an elastic job
+    #    enough of them: ``startup.running``, which gives the live world size.
+    new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])
     return finish(result)
 
 

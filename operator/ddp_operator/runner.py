@@ -278,6 +278,11 @@ class JobRunner:
             metrics.GROUP_RESTARTS.inc()
             if plan.tell:
                 metrics.IN_PLACE_RESTARTS.inc()
+        replaced = int(plan.status.get("replacements") or 0) - int(
+            self.status.get("replacements") or 0
+        )
+        if replaced > 0:
+            metrics.REPLACEMENTS.inc(replaced)
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
         now = time.monotonic()
         hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import constants as c
+from . import inplace
 from .conditions import NORMAL, WARNING, Conditions, condition
-from .jobspec import Gang
+from .jobspec import Gang, JobSpec
 from .workers import WorkerPod
 
 # A kubelet's retry cycle alternates these reasons for one cause; a turn is no news (no Event).
@@ -86,3 +87,34 @@ def not_starting(conds: Conditions, live: Sequence[WorkerPod]) -> None:
 
 def _cause(reason: str | None) -> str | None:
     return SAME_CAUSE.get(reason or "", reason)
+
+
+def started(job: JobSpec, running: Sequence[WorkerPod]) -> bool:
+    """Whether the group runs: every worker, or for an elastic job (``JobSpec.scalable``)
+    worker 0 and at least minNodes workers (torchrun trains at any size within its bounds)."""
+    if len(running) >= job.nodes:
+        return True
+    lo, _ = job.node_bounds
+    return job.scalable and len(running) >= lo and any(p.index == 0 for p in running)
+
+
+def running(
+    conds: Conditions, job: JobSpec, live: Sequence[WorkerPod], attempt: int, counted: int
+) -> int:
+    """Set Running once the group has started (``started``: finished workers count as started;
+    an in-place pod yet to restart for ``attempt`` does not), and return the live world size:
+    the processes of the workers running. ``counted``: the pods in phase Running."""
+    up = [p for p in live if p.phase in ("Running", "Succeeded") and not inplace.behind(p, attempt)]
+    if started(job, up):
+        if len(up) < job.nodes:
+            why, what = "EnoughWorkersRunning", f"{len(up)} of {job.nodes}"
+        else:
+            why, what = "AllWorkersRunning", str(job.nodes)
+        conds.set(c.COND_RUNNING, True, why, f"{what} workers running", NORMAL)
+        conds.clear(
+            c.COND_RESTARTING, "Restarted", f"the group is running again (attempt {attempt})"
+        )
+    elif not conds.true(c.COND_RESTARTING):
+        message = f"{counted} of {job.nodes} workers running"
+        conds.set(c.COND_RUNNING, False, "WorkersPending", message)
+    return len(up) * job.procs_per_node
