@@ -53,7 +53,7 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
         / cpu_per_1000_pods(res, "ours", "s2"),
         "s6_ratio_jobset": t("jobset", "s6") / t("ours", "s6"),
         "s7_inplace_speedup": _median(s7.get("Recreate")) / _median(s7.get("InPlace")),
-        "s7_elastic_speedup": NAN,  # elastic replacement is not built yet (issue 24)
+        "s7_elastic_speedup": _median(s7.get("GroupRestart")) / _median(s7.get("ElasticReplace")),
     }
 
 

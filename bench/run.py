@@ -26,6 +26,7 @@ from cost import memory_mb
 from podwatch import Stalled
 from report import CONTENDERS, write
 from scenarios.completion import completion, percentile
+from scenarios.elastic import elastic_recovery
 from scenarios.recovery import available, recovery
 from scenarios.restart import restart
 from scenarios.scale import scale
@@ -161,7 +162,7 @@ def main() -> int:
             if available(ours):
                 log(f"S7: recovery on the real node, {S7_RUNS} failures per restart strategy")
                 with ours.running():
-                    res["s7"] = recovery(ours, S7_RUNS)
+                    res["s7"] = recovery(ours, S7_RUNS) | elastic_recovery(ours, S7_RUNS)
             else:
                 log("S7 left out: no local real node (hack/cluster/realnode.sh)")
     except Stalled as exc:

@@ -61,7 +61,12 @@ def results(*contenders: str) -> dict[str, Any]:
             "peak_rss_mb": 101.0,
             "cpu_per_1000_pods": 30.0,
         },
-        "s7": {"InPlace": [2.0, 1.0, 3.0], "Recreate": [6.0, 4.0, 5.0]},
+        "s7": {
+            "InPlace": [2.0, 1.0, 3.0],
+            "Recreate": [6.0, 4.0, 5.0],
+            "ElasticReplace": [4.0, 2.0],
+            "GroupRestart": [6.0, 3.0],
+        },
     }
     for who in contenders:
         res["runs"][who] = {
@@ -84,7 +89,7 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["cpu_ratio_jobset"] == "1.50"  # kwok (the kubelets' stand-in) is not counted
     assert got["s3_p99_ms"] == "300" and got["s4_rss_mb"] == "101"
     assert got["s7_inplace_speedup"] == "2.50"  # Recreate's median over InPlace's
-    assert got["s7_elastic_speedup"] == "nan"  # not built yet
+    assert got["s7_elastic_speedup"] == "1.50"  # the group restart's median over the replacement's
 
 
 def test_a_contender_that_did_not_run_is_nan_never_a_number():
