@@ -9,7 +9,6 @@ closes an elastic rendezvous on an agent's SIGTERM: see tests/test_realnode_elas
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from ddp_operator import constants as c
 
 from cluster import log
 from contenders.ours import Ours
-from scenarios.recovery import ON_REAL_NODE, trainer_image
+from scenarios.recovery import ON_REAL_NODE, host_folder, trainer_image
 
 HOST = Path("/tmp/ddp-bench-s7e")
 SITE = Path(torch.__file__).parents[1]
@@ -98,10 +97,7 @@ def _until(what: str, probe: Any, seconds: float = 180) -> Any:
 def one(ours: Ours, ns: str, image: str, elastic: bool, n: int) -> float:
     """One lost worker; seconds from its pod's deletion to the next world of 3 past init."""
     name = f"s7e-{'elastic' if elastic else 'group'}-{n}"
-    out = HOST / name
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    out.chmod(0o777)
+    out = host_folder(HOST / name)
     api = ours.cluster.custom
     api.create_namespaced_custom_object(
         c.GROUP, c.VERSION, ns, c.PLURAL, job(name, ns, image, elastic)

@@ -85,13 +85,18 @@ def job(name: str, ns: str, image: str, strategy: str) -> dict[str, Any]:
     }
 
 
+def host_folder(path: Path) -> Path:
+    """An empty folder on this host that the pods (any user) write their records to."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    path.chmod(0o777)
+    return path
+
+
 def one(ours: Ours, ns: str, image: str, strategy: str, n: int) -> float:
     """One failure and recovery; seconds from worker 1's exit to attempt 1 past init."""
     name = f"s7-{strategy.lower()}-{n}"
-    out = HOST / name
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    out.chmod(0o777)
+    out = host_folder(HOST / name)
     body = job(name, ns, image, strategy)
     ours.cluster.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
     deadline = time.monotonic() + 300
