@@ -101,6 +101,17 @@ def test_deployment_is_hardened() -> None:
     assert any(d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics") for d in docs)
 
 
+def test_network_isolation_is_on_unless_the_values_turn_it_off() -> None:
+    def args(*sets: str) -> list[str]:
+        deploy = next(d for d in render(*sets) if d["kind"] == "Deployment")
+        return deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--no-network-isolation" not in args()
+    assert "--no-network-isolation" in args("networkIsolation=false")
+    rules = [r for r in rules_of(render()) if "networkpolicies" in r["resources"]]
+    assert [set(r["verbs"]) for r in rules] == [{"create", "get"}]
+
+
 def test_standby_uses_kopf_peering_with_priorities() -> None:
     docs = render("standby.enabled=true")
     deploys = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}

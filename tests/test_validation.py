@@ -69,6 +69,36 @@ CASES = [
         {"gangScheduling": {"scheduler": "Volcano", "timeoutSeconds": 30}},
         "spec.gangScheduling.timeoutSeconds",
     ),
+    (
+        "allow-without-isolation",
+        {"network": {"isolation": False, "allow": [{"ports": [{"port": 8000}]}]}},
+        "spec.network.allow",
+    ),
+    (
+        "peer-both-kinds",
+        {
+            "network": {
+                "allow": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]}]
+            }
+        },
+        "an ipBlock, or a podSelector",
+    ),
+    (
+        "peer-bad-operator",
+        {
+            "network": {
+                "allow": [
+                    {
+                        "from": [
+                            {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}
+                        ]
+                    }
+                ]
+            }
+        },
+        "spec.network.allow[0].from[0].podSelector.matchExpressions[0].operator",
+    ),
+    ("bad-port-protocol", {"network": {"allow": [{"ports": [{"protocol": "ICMP"}]}]}}, "protocol"),
 ]
 
 
@@ -122,17 +152,21 @@ def test_defaults_are_filled_in(cluster: Cluster, namespace: str) -> None:
 
 
 def test_shape_of_a_live_job_is_immutable(cluster: Cluster, namespace: str) -> None:
-    jobs.apply(cluster, ddpjob("fixed", namespace, nodes=2, accelerator=GPU8))
+    net = {"isolation": True}
+    jobs.apply(cluster, ddpjob("fixed", namespace, nodes=2, accelerator=GPU8, network=net))
     for change, field in (
         ({"nodes": 3}, "spec.nodes"),
         ({"accelerator": {"resource": "nvidia.com/gpu", "perNode": 4}}, "spec.accelerator"),
         ({"masterPort": 29501}, "spec.masterPort"),
+        ({"network": {"isolation": False}}, "spec.network"),
     ):
-        spec = {"nodes": 2, "accelerator": GPU8, **change}
+        spec = {"nodes": 2, "accelerator": GPU8, "network": net, **change}
         result = jobs.apply(cluster, ddpjob("fixed", namespace, **spec), check=False)
         assert result.returncode != 0 and field in result.stderr, (change, result.stderr)
     # What may change: suspend, backoffLimit, deadlines.
-    ok = ddpjob("fixed", namespace, nodes=2, accelerator=GPU8, suspend=True, backoffLimit=5)
+    ok = ddpjob(
+        "fixed", namespace, nodes=2, accelerator=GPU8, network=net, suspend=True, backoffLimit=5
+    )
     assert jobs.apply(cluster, ok, check=False).returncode == 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import builders, gang, inplace_pod, obstacles
+from . import builders, gang, inplace_pod, netpol, obstacles
 from .failures import (
     GangUnavailable,
     InPlaceRefused,
@@ -45,17 +45,22 @@ async def check_owner(
 
 
 async def create_group(
-    kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool
+    kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool, policy: bool = False
 ) -> tuple[list[bool], bool]:
-    """Create the gang's objects, the Service, then ``pods`` (all of a new attempt's if
-    ``fresh``: checked first); one that exists already must be the job's. Which pods were
-    created (False: the job's exists), and False if an object went meanwhile (the next pass
-    creates it)."""
+    """Create the gang's objects, the Service, the NetworkPolicy if ``policy``, then ``pods``
+    (all of a new attempt's if ``fresh``: checked first); one that exists already must be the
+    job's. Which pods were created (False: the job's exists), and False if an object went
+    meanwhile (the next pass creates it)."""
     if fresh:
         await check(kube, pods[0])
     found = await create_gang(kube, job, pods[0])
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
+    if policy:
+        manifest = netpol.build_network_policy(job)
+        what = f"creating {netpol.KIND} {job.name}"
+        if not await step(what, kube.create_object(*netpol.API, manifest)):
+            found = await check_owner(kube, job, netpol.KIND, job.name, netpol.API) and found
     created = await all_steps(
         (f"creating pod {pod['metadata']['name']}", kube.create_pod(pod)) for pod in pods
     )

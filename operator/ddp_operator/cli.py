@@ -63,6 +63,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="concurrent API requests (pod creations) at most",
     )
+    run.add_argument(
+        "--network-isolation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give each job a NetworkPolicy (only its own pods reach its pods) unless its "
+        "spec.network.isolation says otherwise (default: on)",
+    )
     return top
 
 
@@ -90,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             api_concurrency=args.api_concurrency,
             metrics_port=args.metrics_port,
             clusterwide=args.all_namespaces,
+            network_isolation=args.network_isolation,
         ),
     )
     return 0

@@ -53,6 +53,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     concurrency = int(memo.get("api_concurrency", 32))
     runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
     runners.clusterwide = bool(memo.get("clusterwide"))
+    runners.isolation = bool(memo.get("network_isolation", True))
     if memo.get("metrics_port"):
         metrics.serve(int(memo["metrics_port"]), runners.phases)
 

@@ -80,6 +80,8 @@ class JobSpec:
     queue: Queue | None = None
     restart_strategy: str = c.RESTART_IN_PLACE
     rdzv_conf: tuple[tuple[str, str], ...] = ()  # spec.rdzvConf: torchrun's rendezvous options
+    network_isolation: bool | None = None  # spec.network.isolation; None: the operator's default
+    network_allow: tuple[Mapping[str, Any], ...] = ()  # spec.network.allow: ingress rules
 
     @property
     def kind_name(self) -> str:
@@ -174,6 +176,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
     backend = spec.get("backend") or "auto"
     if backend == "auto":
         backend = default_backend(accelerator)
+    network = spec.get("network") or {}
 
     return JobSpec(
         name=name,
@@ -199,6 +202,8 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         queue=_queue(meta, name),
         restart_strategy=_restart_strategy(spec),
         rdzv_conf=tuple(sorted((str(k), str(v)) for k, v in (spec.get("rdzvConf") or {}).items())),
+        network_isolation=network.get("isolation"),
+        network_allow=tuple(network.get("allow") or ()),
     )
 
 

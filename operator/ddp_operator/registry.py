@@ -21,6 +21,7 @@ class Runners:
     def __init__(self) -> None:
         self.kube: Kube | None = None
         self.clusterwide = False
+        self.isolation = True  # the operator's default for spec.network.isolation
         self.index = PodIndex(self.poke, self.gone)
         self._runners: dict[Key, JobRunner] = {}
         self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
@@ -67,7 +68,7 @@ class Runners:
             runner.task.cancel()
         if self._events is None:
             self._events = EventReader(self.kube)
-        runner = JobRunner(key, body, self.kube, self.pods, self._events)
+        runner = JobRunner(key, body, self.kube, self.pods, self._events, self.isolation)
         self._runners[key] = runner
         runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
 

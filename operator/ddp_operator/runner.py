@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from . import builders, claims, kueue_steps, metrics, reconcile, stalls
+from . import builders, claims, kueue_steps, metrics, netpol, reconcile, stalls
 from . import constants as c
 from .conditions import progress_only
 from .failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
@@ -60,12 +60,14 @@ class JobRunner:
         kube: Kube,
         pods: PodSource,
         events: stalls.EventReader | None = None,
+        isolation: bool = True,
     ):
         self.key = key
         self.body = slim(body)
         self.kube = kube
         self.pods = pods
         self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
+        self.isolation = isolation  # the operator's default for spec.network.isolation
         self.memory = Memory(body.get("status"))
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
@@ -252,7 +254,8 @@ class JobRunner:
         pods = [builders.build_worker_pod(job, i, plan.attempt, plan.in_place) for i in wanted]
         fresh = len(wanted) == job.nodes
         try:
-            created, found = await claims.create_group(self.kube, job, pods, fresh)
+            policy = netpol.isolated(job, self.isolation)
+            created, found = await claims.create_group(self.kube, job, pods, fresh, policy)
         except InPlaceRefused as exc:  # the next pass says so on the job and builds them anew
             self.refused = str(exc)
             self.wake.set()

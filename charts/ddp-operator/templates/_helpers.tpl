@@ -58,6 +58,9 @@ containers:
   - --liveness=http://0.0.0.0:{{ .root.Values.livenessPort }}/healthz
   - --log-format={{ .root.Values.logFormat }}
   - --api-concurrency={{ .root.Values.apiConcurrency }}
+  {{- if not .root.Values.networkIsolation }}
+  - --no-network-isolation
+  {{- end }}
   {{- if .root.Values.metrics.enabled }}
   - --metrics-port={{ .root.Values.metrics.port }}
   {{- end }}
