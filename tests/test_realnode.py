@@ -167,6 +167,7 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
         "pause",
         "runc",
         "socat",
+        "netpol",
     }
     left = []
     for exe in Path("/proc").glob("[0-9]*/exe"):
@@ -183,7 +184,7 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert " ddp0:" not in links and "veth" not in links
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    assert "KUBE-" not in rules, rules
+    assert "KUBE-" not in rules and "DDP-NETPOL" not in rules, rules
     for line in saved:
         key, value = line.split("=", 1)
         now = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True).stdout

@@ -4,8 +4,9 @@
 # kwok, kwokctl, helm) into a cache outside the repository (~/.cache/ddp-operator, or
 # DDP_CACHE_DIR), and prints a bin directory holding all of them. Each argument adds more:
 #   real-node          containerd, ctr, the CNI plugins bridge, host-local and loopback, the pause
-#                      binary, coredns (CoreDNS with the plugins bind, errors, log, kubernetes) and
-#                      runc (pinned, the node's own: with cgo and libseccomp, as runc's Makefile)
+#                      binary, coredns (CoreDNS with the plugins bind, errors, log, kubernetes),
+#                      netpol (the node's NetworkPolicy engine: hack/cluster/netpol) and runc
+#                      (pinned, the node's own: with cgo and libseccomp, as runc's Makefile)
 #   kueue              Kueue's manager
 #   scheduler-plugins  scheduler-plugins' scheduler, as scheduler-plugins
 #   volcano            Volcano's vc-scheduler, vc-controller-manager and vc-webhook-manager
@@ -103,6 +104,7 @@ if [[ " $* " == *" real-node "* ]]; then
     "$(build cni-plugins cni "$CNI_PLUGINS_VERSION" "$cni_ld" "" bridge host-local loopback)"
     "$(build pause pause v1 "" "" pause)"
     "$(build coredns coredns "$COREDNS_VERSION" "" "" coredns)"
+    "$(build netpol netpol "$NETPOL_VERSION" "" "" netpol)"
     "$(CGO_ENABLED=1 build runc runc "$RUNC_VERSION" "" "seccomp,urfave_cli_no_docs" runc)"
   )
 fi

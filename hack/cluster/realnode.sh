@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh):
-# `realnode.sh up|down|status|image|trainer [NAME=VALUE]...|operator`.
-# up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins and CoreDNS
-#         (build.sh real-node) and the pause image, then starts containerd and a kubelet that
+# `realnode.sh up|down|status|image|trainer [NAME=VALUE]...|operator|netpol stop|start`.
+# up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins, CoreDNS and
+#         netpol (build.sh real-node) and the pause image, then starts containerd and a kubelet that
 #         registers node real-node-0 (label ddp-operator.io/node=real, taint
 #         ddp-operator.io/real-node:NoSchedule: only pods that tolerate it land there) with the
 #         cluster of .cluster/kubeconfig. Pods get addresses of 198.18.0.0/24 on the bridge ddp0
@@ -14,6 +14,9 @@
 #         leads, through kube-proxy (iptables mode), to its endpoint 198.18.0.1:<API port>
 #         (cluster.sh advertises that address), where socat forwards to the API server, which
 #         listens on loopback only.
+#         NetworkPolicy: netpol (hack/cluster/netpol) enforces it for the node's pods, beside the
+#         bridge CNI; it fails closed (while it is down, new connections of the pods a policy
+#         selects are dropped). `netpol stop|start` stops and starts it.
 #         Image pulls go to a closed port on loopback (realnode/hosts.toml): only images built
 #         here and imported run; pods use IfNotPresent or Never.
 #         Everything lives in .cluster/realnode/ but what kubelet and containerd put at fixed
@@ -109,6 +112,19 @@ start_api_forward() {
   wait_listen api-forward t "$gateway:$port0"
 }
 
+# The NetworkPolicy engine (hack/cluster/netpol): ready once it has written its rules for the
+# pods a policy selects (none at first). It fails closed: while it is down, new connections of
+# those pods are dropped (`realnode.sh netpol stop|start` for the tests that prove it).
+start_netpol() {
+  local t0=$SECONDS
+  daemon netpol "$bin/netpol" -kubeconfig "$kubeconfig" -node "$node"
+  until grep -q "rules written" "$rn/netpol.log" 2>/dev/null; do
+    alive "$(<"$rn/netpol.pid")" || die "netpol exited: $rn/netpol.log"
+    ((SECONDS - t0 < 60)) || die "netpol not ready in 60s: $rn/netpol.log"
+    sleep 0.2
+  done
+}
+
 start_containerd() {
   daemon containerd "$bin/containerd" --config "$rn/containerd/config.toml"
   until "$bin/ctr" --address "$sock" version >/dev/null 2>&1; do
@@ -164,6 +180,7 @@ up() {
     >/dev/null
   kubectl_ taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
   daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
+  start_netpol
   kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
     die "node $node is not Ready: $rn/kubelet.log"
   until curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz" >/dev/null 2>&1; do
@@ -209,7 +226,7 @@ provide() {
 
 status() {
   local p line=""
-  for p in containerd kubelet kube-proxy coredns api-forward; do
+  for p in containerd kubelet kube-proxy coredns api-forward netpol; do
     if pid_of "$p" >/dev/null; then line+="$p: pid $(<"$rn/$p.pid"); "; else line+="$p: stopped; "; fi
   done
   echo "${line%; }"
@@ -226,5 +243,13 @@ case "${1:-}" in
   trainer) shift; provide trainer "$@" ;;
   operator) provide operator ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator" >&2; exit 2 ;;
+  netpol)
+    tools
+    case "${2:-}" in
+      stop) stop netpol ;;
+      start) : >"$rn/netpol.log" && start_netpol ;;
+      *) echo "usage: $0 netpol stop|start" >&2; exit 2 ;;
+    esac
+    ;;
+  *) echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator|netpol stop|start" >&2; exit 2 ;;
 esac

@@ -111,6 +111,8 @@ down() {
     kubectl_ delete pods -A --field-selector "spec.nodeName=$node" --grace-period=1 \
       --wait=true --timeout=60s >/dev/null 2>&1 || log "pods of $node not all gone in 60s"
   fi
+  stop netpol
+  "$bin/netpol" -cleanup || log "netpol -cleanup failed"
   stop kube-proxy
   stop kubelet
   stop coredns
