@@ -109,17 +109,23 @@ def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[dict[str, str]
     return [{"name": k, "value": v} for k, v in env]
 
 
+def job_object_meta(job: JobSpec, name: str | None = None) -> Manifest:
+    """Metadata of an object the job owns (its Service, NetworkPolicy, gang objects): named
+    ``name`` (the job's name by default), the job's labels, the job as controller."""
+    return {
+        "name": name or job.name,
+        "namespace": job.namespace,
+        "labels": job_labels(job),
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
 def build_service(job: JobSpec) -> Manifest:
     """Headless Service ``<job>``: gives every worker a DNS name before it is ready."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "labels": job_labels(job),
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": job_object_meta(job),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,

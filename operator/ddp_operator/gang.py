@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from . import constants as c
-from .builders import job_labels, owner_reference
+from .builders import job_object_meta
 from .jobspec import JobSpec
 
 Manifest = dict[str, Any]
@@ -90,12 +90,7 @@ def group_objects(job: JobSpec, pod: Mapping[str, Any]) -> list[GroupObject]:
     api_group, version, _ = APIS[gang.scheduler]
 
     def obj(kind: str, name: str, spec: Manifest) -> GroupObject:
-        meta = {
-            "name": name,
-            "namespace": job.namespace,
-            "labels": job_labels(job),
-            "ownerReferences": [owner_reference(job)],
-        }
+        meta = job_object_meta(job, name)
         manifest = {"apiVersion": f"{api_group}/{version}", "kind": kind, "metadata": meta}
         return GroupObject(api_group, version, kind.lower() + "s", {**manifest, "spec": spec})
 

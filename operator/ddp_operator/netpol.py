@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import constants as c
-from .builders import job_labels, owner_reference
+from .builders import job_object_meta
 from .jobspec import JobSpec
 
 API = ("networking.k8s.io", "v1", "networkpolicies")
@@ -32,12 +32,7 @@ def build_network_policy(job: JobSpec) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": KIND,
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "labels": job_labels(job),
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": job_object_meta(job),
         "spec": {
             "podSelector": {"matchLabels": {c.LABEL_JOB: job.name}},
             "policyTypes": ["Ingress"],
