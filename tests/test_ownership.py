@@ -4,6 +4,7 @@ reused or deleted; pods of an earlier job of the same name never count for the n
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
 
 from harness import faults, jobs, pods
 from harness.cluster import Cluster, wait_for
@@ -112,6 +113,16 @@ def test_a_recreated_job_never_counts_orphaned_pods(cluster: Cluster, namespace:
     )
     assert workers(cluster, namespace, "again") == []
     cluster.core.delete_namespaced_service("again", namespace)
+    # Nor is the orphaned NetworkPolicy.
+    wait_for(
+        lambda: (
+            "NetworkPolicy again"
+            in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
+        ),
+        what="the orphaned NetworkPolicy named",
+    )
+    assert workers(cluster, namespace, "again") == []
+    client.NetworkingV1Api(cluster.api).delete_namespaced_network_policy("again", namespace)
     ws = wait_running(cluster, namespace, "again", 2)
     assert owners(cluster, namespace, "again") == {job["metadata"]["uid"]}
     for w in ws:
