@@ -45,7 +45,9 @@ build() {
       rm -rf "$out.tmp" && mkdir -p "$out.tmp"
       local target=.
       [[ -f "$here/$dir/main.go" ]] || target=tool
-      (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target")
+      # (set -e does not reach into the $(build ...) below: a failed build returns at once)
+      (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target") ||
+        return 1
       if [[ -f "$here/$dir/main.go" && "$dir" != "$1" ]]; then mv "$out.tmp/$dir" "$out.tmp/$1"; fi
       for b in "${renames[@]}"; do
         if [[ $b == *=* ]]; then mv "$out.tmp/${b#*=}" "$out.tmp/${b%%=*}"; fi
@@ -156,6 +158,11 @@ if [[ " $* " == *" jobset "* ]]; then
   kubebuilder_config "$js" jobset sigs.k8s.io/jobset
   dirs+=("$js")
 fi
+# A build that failed left its place empty (a command substitution's status is lost in an array):
+# stop here, before a bin directory without it is made and kept.
+for d in "${dirs[@]}"; do
+  [[ -n "$d" && -d "$d" ]] || { log "a build failed (its output is above)"; exit 1; }
+done
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then
   mkdir -p "$bin.tmp"
