@@ -9,13 +9,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv lint format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
+.PHONY: help venv lint docs docs-serve format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
 	bench bench-quick bench-gang chaos prereqs-demo prereqs-test prereqs-cluster
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
 	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
+	@echo "make docs | docs-serve  the documentation site (docs/): built strictly into .site/, or served"
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
 	@echo "make bench-gang            what gang scheduling costs (64-worker job, each mode vs none)"
 	@echo "make chaos [CHAOS_MINUTES=3] [CHAOS_SEED=n]   scripted jobs under random faults (local)"
@@ -39,6 +40,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	@if command -v shellcheck >/dev/null; then shellcheck -x $(SHELL_SCRIPTS); \
 	else echo "lint: shellcheck not installed; shell scripts not checked (apt-get install shellcheck)"; fi
+
+# The documentation site (docs/, mkdocs.yml): strict, so a broken link or anchor fails.
+# tests/test_docs.py builds it in `make test` too.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

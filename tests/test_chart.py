@@ -97,7 +97,8 @@ def test_deployment_is_hardened() -> None:
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["limits"]["memory"]
-    assert container["image"] == "ddp-operator/operator:0.1.0"
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"ddp-operator/operator:{version}"
     assert any(d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics") for d in docs)
 
 
