@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..model.constants import FINISHED_PHASES
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from .conditions import WARNING, Conditions, Event
-from .endings import FINISHED_PHASES
 
 REPLACED = "WorkerReplaced"
 

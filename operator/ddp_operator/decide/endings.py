@@ -6,18 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from . import kueue
 from .conditions import parse_time
-
-if TYPE_CHECKING:
-    from .reconcile import Plan
-
-FINISHED_PHASES = ("Succeeded", "Failed")
+from .plan import Plan
 
 
 def _cleanup(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
@@ -28,7 +24,7 @@ def _cleanup(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
         p
         for p in pods
         if not p.deleting
-        and (job.clean_pod_policy == c.CLEAN_ALL or p.phase not in FINISHED_PHASES)
+        and (job.clean_pod_policy == c.CLEAN_ALL or p.phase not in c.FINISHED_PHASES)
     ]
 
 

@@ -17,7 +17,6 @@ from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from .conditions import WARNING, Conditions, condition, parse_time
-from .endings import FINISHED_PHASES
 
 # The kube-scheduler's words (NodeDeclaredFeatures plugin) when no node declares what a pod
 # needs, and the kubelet's reason when it admits no pod needing what it lacks.
@@ -32,7 +31,7 @@ def belongs(pod: WorkerPod, attempt: int, wanted: bool = True) -> bool:
     restarts are no longer ``wanted`` (no node can run it: it is built again without)."""
     if pod.in_place and not wanted and never_ran(pod):
         return False
-    ended = pod.phase in FINISHED_PHASES and not pod.watching
+    ended = pod.phase in c.FINISHED_PHASES and not pod.watching
     if pod.attempt_now == attempt:  # unless it ended before it restarted for the attempt
         return not (ended and pod.in_place and pod.restarted < pod.restarts_due)
     return pod.in_place and pod.attempt_now < attempt and not ended and not pod.deleting
@@ -154,6 +153,6 @@ def obstacle(
             return f"{pod.name} was not created to restart in place"
         if pod.deleting:
             return f"{pod.name} is being deleted"
-        if pod.phase in FINISHED_PHASES and not pod.watching:
+        if pod.phase in c.FINISHED_PHASES and not pod.watching:
             return f"{pod.name} has ended ({pod.phase})"
     return None

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..model.constants import FINISHED_PHASES
 from ..model.workers import WorkerPod
-from .endings import FINISHED_PHASES
 
 
 class Memory:

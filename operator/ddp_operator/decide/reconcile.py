@@ -7,7 +7,6 @@ decision is derived from what is observed, so a restarted operator converges fro
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -21,44 +20,12 @@ from .conditions import (
     NORMAL,
     WARNING,
     Conditions,
-    Event,
     format_time,
     parse_time,
 )
-from .endings import FINISHED_PHASES, finished
+from .endings import finished
 from .failures import Failure
-
-
-@dataclass
-class Plan:
-    """What to do next for one job."""
-
-    status: dict[str, Any]
-    create: list[int] = field(default_factory=list)
-    delete: list[WorkerPod] = field(default_factory=list)
-    force_delete: list[WorkerPod] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    requeue_after: float | None = None
-    delete_job: bool = False
-    own: list[WorkerPod] = field(default_factory=list)  # the observed pods the job controls
-    mark_unretriable: list[WorkerPod] = field(default_factory=list)  # for Kueue, once over
-    release: list[WorkerPod] = field(default_factory=list)  # Kueue's finalizer to take off
-    tell: list[WorkerPod] = field(default_factory=list)  # in-place pods to give the attempt
-    finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
-    in_place: bool = False  # new pods are built to restart in place
-
-    @property
-    def attempt(self) -> int:
-        return int(self.status.get("restarts") or 0)
-
-    def recheck_in(self, seconds: float | None) -> None:
-        """Ask for a pass within ``seconds``, if given (the earliest asked for wins)."""
-        if seconds is not None:
-            self.requeue_after = min(seconds, self.requeue_after or seconds)
-
-    @property
-    def finished(self) -> bool:
-        return self.status.get("phase") in FINISHED_PHASES
+from .plan import Plan
 
 
 def _counts(pods: Iterable[WorkerPod]) -> dict[str, int]:

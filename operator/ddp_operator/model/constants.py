@@ -110,6 +110,9 @@ KUEUE_QUOTA_RESERVED = "QuotaReserved"  # the Workload condition saying why it w
 KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta2", "workloads")
 KUEUE_STOPPED_CONDITION = "TerminationTarget"  # the pod condition Kueue sets before deleting
 
+# The phases that are final, of a worker pod and of a DDPJob alike.
+FINISHED_PHASES = ("Succeeded", "Failed")
+
 # Condition types written to status.conditions.
 COND_CREATED = "Created"
 COND_RUNNING = "Running"
