@@ -38,6 +38,7 @@ SHELL_SCRIPTS := $(wildcard hack/*.sh hack/cluster/*.sh) .ci/run
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	@if command -v shellcheck >/dev/null; then shellcheck -x $(SHELL_SCRIPTS); \
 	else echo "lint: shellcheck not installed; shell scripts not checked (apt-get install shellcheck)"; fi
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from kubernetes import client
 
-from ddp_operator import constants as c
-from ddp_operator import gang
+from ddp_operator.manifests import gang
+from ddp_operator.model import constants as c
 
 from cluster import CONCURRENCY, RESULTS, ROOT, Cluster, log
 from contenders.base import drain

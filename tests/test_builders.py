@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ddp_operator import builders
-from ddp_operator import constants as c
-from ddp_operator.jobspec import SpecError, resolve
+from ddp_operator.manifests import builders
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import SpecError, resolve
 
 from harness.cluster import CRD_FILE
 from jobs import ddpjob

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from ddp_operator import builders, claims
-from ddp_operator.failures import NameConflict, StepFailed, classify
-from ddp_operator.jobspec import JobSpec, resolve
-from ddp_operator.kube import Kube
+from ddp_operator.act import claims
+from ddp_operator.api.kube import Kube
+from ddp_operator.decide.failures import NameConflict, StepFailed, classify
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import JobSpec, resolve
 
 from harness import jobs
 from harness.cluster import Cluster

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime, timedelta
 
-from ddp_operator.conditions import progress_only
-from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import plan
-from ddp_operator.workers import WorkerPod
+from ddp_operator.decide.conditions import progress_only
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import WorkerPod
 
 from jobs import ddpjob
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import yaml
 
-from ddp_operator import constants as c
-from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import plan
-from ddp_operator.workers import WorkerPod
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import WorkerPod
 
 from harness.cluster import CRD_FILE
 from jobs import ddpjob

@@ -7,10 +7,10 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime
 
-from ddp_operator import builders
-from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import plan
-from ddp_operator.workers import WorkerPod
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import WorkerPod
 
 from jobs import ddpjob
 

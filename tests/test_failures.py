@@ -8,7 +8,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from ddp_operator.failures import NameConflict, StepFailed, classify
+from ddp_operator.decide.failures import NameConflict, StepFailed, classify
 
 
 def api_error(status: int, message: str) -> ApiException:

@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ddp_operator import builders, gang, startup
-from ddp_operator import constants as c
-from ddp_operator.conditions import Conditions, condition
-from ddp_operator.jobspec import SpecError, resolve
-from ddp_operator.workers import WorkerPod
+from ddp_operator.decide import startup
+from ddp_operator.decide.conditions import Conditions, condition
+from ddp_operator.manifests import builders, gang
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import SpecError, resolve
+from ddp_operator.model.workers import WorkerPod
 
 from jobs import ddpjob
 

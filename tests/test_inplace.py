@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from ddp_operator import builders, inplace, reconcile
-from ddp_operator.conditions import condition, format_time
-from ddp_operator.jobspec import resolve
-from ddp_operator.memory import Memory
-from ddp_operator.workers import observe
+from ddp_operator.decide import inplace, reconcile
+from ddp_operator.decide.conditions import condition, format_time
+from ddp_operator.decide.memory import Memory
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import observe
 
 from jobs import ddpjob
 

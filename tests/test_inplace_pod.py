@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ddp_operator import builders, inplace_pod
-from ddp_operator.jobspec import resolve
+from ddp_operator.manifests import builders, inplace_pod
+from ddp_operator.model.jobspec import resolve
 
 from jobs import ddpjob
 

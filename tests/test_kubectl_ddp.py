@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddp_operator import builders, jobview
-from ddp_operator.jobspec import resolve
+from ddp_operator.commands import jobview
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
 
 from harness import jobs, pods
 from harness.cluster import ROOT, Cluster, wait_for

@@ -7,10 +7,11 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime, timedelta
 
-from ddp_operator import jobview, kubelet_events
-from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import plan
-from ddp_operator.workers import Waiting, WorkerPod, observe
+from ddp_operator.commands import jobview
+from ddp_operator.decide import kubelet_events
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import Waiting, WorkerPod, observe
 
 from jobs import ddpjob
 

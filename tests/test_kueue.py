@@ -8,12 +8,13 @@ import functools
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ddp_operator import builders, kueue
-from ddp_operator import constants as c
-from ddp_operator.jobspec import resolve
-from ddp_operator.memory import Memory
-from ddp_operator.reconcile import plan
-from ddp_operator.workers import WorkerPod, observe
+from ddp_operator.decide import kueue
+from ddp_operator.decide.memory import Memory
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.manifests import builders
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import WorkerPod, observe
 
 from jobs import ddpjob
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ddp_operator import localrun
-from ddp_operator.jobspec import resolve
+from ddp_operator.commands import localrun
+from ddp_operator.model.jobspec import resolve
 
 from jobs import ddpjob
 

@@ -4,9 +4,9 @@ operator's default turns it off. Pure."""
 
 from __future__ import annotations
 
-from ddp_operator import constants as c
-from ddp_operator.jobspec import resolve
-from ddp_operator.netpol import build_network_policy, isolated
+from ddp_operator.manifests.netpol import build_network_policy, isolated
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import resolve
 
 from jobs import ddpjob
 

@@ -12,12 +12,12 @@ import pytest
 from kubernetes import client
 from urllib3.exceptions import ProtocolError
 
-from ddp_operator import constants as c
-from ddp_operator.failures import PodsUnseen, classify
-from ddp_operator.kube import Kube
-from ddp_operator.kubewatch import WatchExpired, watch_pods
-from ddp_operator.podwatch import PodIndex, PodWatch, digest
-from ddp_operator.workers import WorkerPod
+from ddp_operator.api.kube import Kube
+from ddp_operator.api.kubewatch import WatchExpired, watch_pods
+from ddp_operator.api.podwatch import PodIndex, PodWatch, digest
+from ddp_operator.decide.failures import PodsUnseen, classify
+from ddp_operator.model import constants as c
+from ddp_operator.model.workers import WorkerPod
 
 from harness.cluster import Cluster
 

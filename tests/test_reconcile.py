@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime, timedelta
 
-from ddp_operator import builders
-from ddp_operator.conditions import is_true
-from ddp_operator.failures import Failure
-from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import blocked, plan
-from ddp_operator.workers import WorkerPod, observe
+from ddp_operator.decide.conditions import is_true
+from ddp_operator.decide.failures import Failure
+from ddp_operator.decide.reconcile import blocked, plan
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import WorkerPod, observe
 
 from jobs import ddpjob
 
@@ -360,9 +360,9 @@ def test_observe_reads_owner_finalizers_and_node_loss() -> None:
 
 
 def test_a_spec_that_cannot_be_resolved_fails_the_job_saying_why() -> None:
-    from ddp_operator.failures import classify
-    from ddp_operator.jobspec import SpecError
-    from ddp_operator.reconcile import rejected
+    from ddp_operator.decide.failures import classify
+    from ddp_operator.decide.reconcile import rejected
+    from ddp_operator.model.jobspec import SpecError
 
     body = ddpjob("j", "ns", nodes=2, accelerator={"perNode": 2})  # no resource
     try:

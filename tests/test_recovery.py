@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ddp_operator import recovery
-from ddp_operator.conditions import Conditions, condition
-from ddp_operator.jobspec import resolve
+from ddp_operator.decide import recovery
+from ddp_operator.decide.conditions import Conditions, condition
+from ddp_operator.model.jobspec import resolve
 
 from jobs import ddpjob
 

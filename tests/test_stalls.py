@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from ddp_operator import stalls
-from ddp_operator.jobspec import resolve
-from ddp_operator.kube import Kube
-from ddp_operator.workers import Waiting, WorkerPod
+from ddp_operator.act import stalls
+from ddp_operator.api.kube import Kube
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import Waiting, WorkerPod
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for

@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ddp_operator import builders, jobview
-from ddp_operator.jobspec import resolve
-from ddp_operator.reconcile import plan
-from ddp_operator.workers import Waiting, WorkerPod
+from ddp_operator.commands import jobview
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import Waiting, WorkerPod
 
 from harness import jobs, pods
 from harness.cluster import Cluster

@@ -130,6 +130,6 @@ def test_dockerfile_is_well_formed(path: Path, entrypoint: list[str]) -> None:
 
 def test_trainer_helper_needs_only_the_standard_library() -> None:
     """ddp-wait is copied alone into trainer images: it must run with the standard library."""
-    helper = ROOT / "operator" / "ddp_operator" / "ddp_wait.py"
+    helper = ROOT / "operator" / "ddp_operator" / "commands" / "ddp_wait.py"
     imports = re.findall(r"^(?:from|import) (\S+)", helper.read_text(), re.M)
     assert all(m.split(".")[0] in sys.stdlib_module_names or m == "__future__" for m in imports)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddp_operator import builders
-from ddp_operator.jobspec import resolve
-from ddp_operator.workers import Waiting, observe
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import Waiting, observe
 
 from jobs import ddpjob
 

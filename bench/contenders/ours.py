@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ddp_operator import constants as c
+from ddp_operator.model import constants as c
 
 from cluster import RESULTS, free_port, pod_spec, stop, wait_http
 from contenders.base import Contender, process_dead

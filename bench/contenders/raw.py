@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddp_operator import builders
-from ddp_operator import constants as c
-from ddp_operator.jobspec import resolve
+from ddp_operator.manifests import builders
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import resolve
 
 from cluster import pod_spec
 from contenders.base import Contender, drain

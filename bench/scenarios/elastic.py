@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ddp_operator import constants as c
+from ddp_operator.model import constants as c
 
 from cluster import log
 from contenders.ours import Ours

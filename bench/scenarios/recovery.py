@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddp_operator import constants as c
+from ddp_operator.model import constants as c
 
 from cluster import ROOT, log
 from contenders.ours import Ours

@@ -1,0 +1,109 @@
+"""The objects a job needs under its names (its Service, its gang's group objects, its pods):
+created when missing, and, when one exists already, checked to be the job's (its controller's
+UID), never reused otherwise.
+
+A fresh group (every pod of an attempt) is checked first by a server-side dry run of one pod,
+so a template the API server refuses for good (invalid, PodSecurity, a webhook) fails the job
+before anything of it exists. Creating that pod for real instead saved one request per job but
+no measurable time in S2 (bench/README.md), and left a Service to take back on refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..api.kube import Kube, NotServed
+from ..decide import obstacles
+from ..decide.failures import (
+    GangUnavailable,
+    InPlaceRefused,
+    NameConflict,
+    StepFailed,
+    api_message,
+    refuses_in_place,
+)
+from ..manifests import builders, gang, inplace_pod, netpol
+from ..model.jobspec import JobSpec
+from ..model.workers import controller
+from .steps import all_steps, step
+
+Manifest = Mapping[str, Any]
+
+
+async def check_owner(
+    kube: Kube, job: JobSpec, kind: str, name: str, api: tuple[str, str, str] | None = None
+) -> bool:
+    """Raise NameConflict unless the job is the controller of the existing object; False if it
+    is gone meanwhile (the next pass creates it)."""
+    meta = await step(f"reading {kind} {name}", kube.read_metadata(kind, job.namespace, name, api))
+    if meta is None:
+        return False
+    uid, owner = controller(meta)
+    if uid != job.uid:
+        reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
+        raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
+    return True
+
+
+async def create_group(
+    kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool, policy: bool = False
+) -> tuple[list[bool], bool]:
+    """Create the gang's objects, the Service, the NetworkPolicy if ``policy``, then ``pods``
+    (all of a new attempt's if ``fresh``: checked first); one that exists already must be the
+    job's. Which pods were created (False: the job's exists), and False if an object went
+    meanwhile (the next pass creates it)."""
+    if fresh:
+        await check(kube, pods[0])
+    found = await create_gang(kube, job, pods[0])
+    if not await step("creating the Service", kube.create_service(builders.build_service(job))):
+        found = await check_owner(kube, job, "Service", job.name) and found
+    if policy:
+        manifest = netpol.build_network_policy(job)
+        what = f"creating {netpol.KIND} {job.name}"
+        if not await step(what, kube.create_object(*netpol.API, manifest)):
+            found = await check_owner(kube, job, netpol.KIND, job.name, netpol.API) and found
+    created = await all_steps(
+        (f"creating pod {pod['metadata']['name']}", kube.create_pod(pod)) for pod in pods
+    )
+    for pod, ok in zip(pods, created, strict=True):
+        if not ok:  # a pod of that name exists: the job's (the watch lags) or someone else's
+            found = await check_owner(kube, job, "Pod", pod["metadata"]["name"]) and found
+    return created, found
+
+
+async def check(kube: Kube, pod: Manifest) -> None:
+    """Let the API server check a pod (dry run): InPlaceRefused if it refuses, or drops, what
+    an in-place pod carries; StepFailed for any other refusal."""
+    what = f"checking pod {pod['metadata']['name']} (dry run)"
+    try:
+        checked = await kube.dry_run_pod(pod)
+    except Exception as exc:
+        if inplace_pod.carried(pod) and refuses_in_place(exc):
+            raise InPlaceRefused(f"{what}: {api_message(exc)}") from exc
+        raise StepFailed(what, exc) from exc
+    if checked is not None and inplace_pod.carried(pod) and not inplace_pod.carried(checked):
+        raise InPlaceRefused(
+            f"{what}: the API server dropped the restartPolicyRules (its "
+            "RestartAllContainersOnContainerExits feature gate is off)"
+        )
+
+
+async def create_gang(kube: Kube, job: JobSpec, pod: Mapping[str, Any]) -> bool:
+    """Create (or find, the job's) the gang's group objects, before any pod of the group:
+    GangUnavailable if the cluster does not serve their API. False if one went meanwhile."""
+    found = True
+    for obj in gang.group_objects(job, pod):
+        api = (obj.group, obj.version, obj.plural)
+        try:
+            created = await kube.create_object(*api, obj.manifest)
+        except NotServed as exc:
+            assert job.gang is not None
+            raise GangUnavailable(
+                f"creating {obj.describe()}: {exc}; gang scheduling with scheduler "
+                f"{job.gang.scheduler} needs {gang.needs(job.gang.scheduler)}"
+            ) from exc
+        except Exception as exc:
+            raise StepFailed(f"creating {obj.describe()}", exc) from exc
+        if not created:
+            found = await check_owner(kube, job, obj.kind, obj.name, api) and found
+    return found

@@ -1,0 +1,75 @@
+"""kopf wiring, kept thin: watch DDPJobs and hand them to the job loops.
+
+The loops' pods come from ``podwatch`` (a list and a watch per namespace with jobs), not from
+kopf: kopf's handling of each pod event was most of the operator's CPU. No handler here writes
+anything: the per-job loops in ``runner`` do.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from ..api import metrics
+from ..api.kube import Kube, api_client
+from ..model import constants as c
+from .registry import Runners
+
+runners = Runners()
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf computes every event's "essence" (a deep copy) to detect spec changes for
+    create/update handlers; this operator has none (it is level-triggered), so it skips that:
+    28% of its CPU under load, measured with py-spy (bench/README.md)."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Operator settings: our own annotation prefixes, quiet Events, an API client."""
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = NoDiffBase()
+    settings.posting.level = logging.WARNING
+    # kopf waits this long for more events of the same object before handling them; our job
+    # loops coalesce bursts themselves, so a short window only cuts latency.
+    settings.batching.batch_window = 0.01
+    # kopf keeps a worker task per object while events keep coming; ending them after 0.5 s of
+    # quiet (instead of 5 s) cut the peak RSS of 200 jobs x 4 pods from 174 to 137 MB.
+    settings.batching.idle_timeout = 0.5
+    settings.watching.server_timeout = 600
+    settings.watching.client_timeout = 660
+    concurrency = int(memo.get("api_concurrency", 32))
+    runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
+    runners.clusterwide = bool(memo.get("clusterwide"))
+    runners.isolation = bool(memo.get("network_isolation", True))
+    if memo.get("metrics_port"):
+        metrics.serve(int(memo["metrics_port"]), runners.phases)
+
+
+@kopf.on.cleanup()
+async def shutdown(**_: Any) -> None:
+    await runners.close()
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+async def job_changed(
+    type: str | None, body: kopf.Body, namespace: str, name: str, **_: Any
+) -> None:
+    """A DDPJob appeared, changed or was deleted: start, wake or stop its loop."""
+    key = (namespace, name)
+    if type == "DELETED":
+        await runners.forget(key)
+    else:
+        runners.observe(key, body)

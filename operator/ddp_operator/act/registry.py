@@ -1,0 +1,106 @@
+"""The registry of the job loops (``runner.JobRunner``), one per DDPJob, that kopf's handlers
+feed: it starts, wakes and stops them, and follows the pods of the namespaces they are in
+(``podwatch``): all namespaces at once when the operator watches them all, else each namespace
+while it has a job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..api.kube import Kube
+from ..api.podwatch import PodIndex, PodWatch
+from ..model.workers import WorkerPod
+from .runner import JobRunner, Key
+from .stalls import EventReader
+
+
+class Runners:
+    """The registry of JobRunners, keyed by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self.kube: Kube | None = None
+        self.clusterwide = False
+        self.isolation = True  # the operator's default for spec.network.isolation
+        self.index = PodIndex(self.poke, self.gone)
+        self._runners: dict[Key, JobRunner] = {}
+        self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
+        self._events: EventReader | None = None  # shared by the loops
+
+    async def pods(self, key: Key) -> list[WorkerPod]:
+        """The job's pods as last observed, once its namespace's pods have been listed."""
+        scope = "" if self.clusterwide else key[0]
+        watch = self._watches.get(scope)
+        if watch is None:
+            assert self.kube is not None, "Runners.kube is set at operator start-up"
+            watch = PodWatch(self.kube, scope, self.index, self._seen_again)
+            self._watches[scope] = watch
+        await watch.ready()
+        return self.index.get(key)
+
+    def _seen_again(self, namespace: str) -> None:
+        """The pods of a namespace (every one if empty) are seen again: their jobs retry now."""
+        for key, runner in self._runners.items():
+            if not namespace or key[0] == namespace:
+                runner.poke()
+
+    def _unwatch(self, namespace: str) -> None:
+        """Stop following a namespace's pods once it has no job loop left."""
+        if self.clusterwide or any(key[0] == namespace for key in self._runners):
+            return
+        watch = self._watches.pop(namespace, None)
+        if watch is not None:
+            watch.stop()
+            self.index.forget(namespace)
+
+    def phases(self) -> list[str]:
+        """The status phase of every tracked job (for the jobs-by-phase gauge)."""
+        return [r.status.get("phase") or "Pending" for r in self._runners.values()]
+
+    def observe(self, key: Key, body: Mapping[str, Any]) -> None:
+        """Start the job's loop, or hand it the newest body; a new UID replaces the loop."""
+        assert self.kube is not None, "Runners.kube is set at operator start-up"
+        runner = self._runners.get(key)
+        if runner is not None and runner.body["metadata"].get("uid") == body["metadata"].get("uid"):
+            runner.update(body)
+            return
+        if runner is not None:
+            runner.task.cancel()
+        if self._events is None:
+            self._events = EventReader(self.kube)
+        runner = JobRunner(key, body, self.kube, self.pods, self._events, self.isolation)
+        self._runners[key] = runner
+        runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
+
+    def _drop(self, key: Key, runner: JobRunner) -> None:
+        """A loop ended by itself (its job is gone): forget it, unless replaced already."""
+        if self._runners.get(key) is runner:
+            del self._runners[key]
+            self._unwatch(key[0])
+
+    def gone(self, key: Key, pod: WorkerPod) -> None:
+        """A pod of the job was deleted."""
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner.gone(pod)
+
+    def poke(self, key: Key) -> None:
+        """A pod of the job changed."""
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner.poke()
+
+    async def forget(self, key: Key) -> None:
+        """The job is gone: stop its loop (and let Kueue release its pods)."""
+        runner = self._runners.pop(key, None)
+        if runner is not None:
+            await runner.deleted()
+            self._unwatch(key[0])
+
+    async def close(self) -> None:
+        for key in list(self._runners):
+            runner = self._runners.pop(key)
+            await runner.stop()
+        for watch in self._watches.values():
+            watch.stop()
+        self._watches.clear()

@@ -1,0 +1,307 @@
+"""One reconcile loop per DDPJob: wakes on any change of the job or its pods, plans, executes.
+
+Events for a job and its pods only set a flag; the loop coalesces a burst of them into one
+pass. Each pass reads the job and its pods from memory (the watch-fed index), asks the pure
+planner what to do, then writes (see ``JobRunner.execute`` for the order). The loop remembers
+the status it wrote last, so a pass that runs before the watch echoes that write back still
+sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ..api import metrics
+from ..api.kube import JobGone, Kube
+from ..decide import reconcile
+from ..decide.conditions import progress_only
+from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
+from ..decide.memory import Memory
+from ..manifests import builders, netpol
+from ..model import constants as c
+from ..model.jobspec import SpecError, resolve
+from ..model.workers import WorkerPod
+from . import claims, kueue_steps, stalls
+from .steps import all_steps
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+PodSource = Callable[[Key], Awaitable[list[WorkerPod]]]
+
+SETTLE_SECONDS = 0.1  # lets a burst of pod events land before a pass
+MAX_BACKOFF = 60.0
+# A status write that only moves the worker counts waits this long after the previous write:
+# a job of 512 workers coming up made 58 writes (each echoed back as a watch event) without it.
+PROGRESS_INTERVAL = 1.0
+FINISHED = {c.FINISHED_ANNOTATION: "true"}  # what lets an in-place pod end
+REQUESTED_TTL = 10.0  # seconds a created pod may take to show in the watch before it is re-asked
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The job as a loop keeps it: its metadata without managedFields and annotations (which
+    nothing here reads, and which made most of a kept job's memory), its spec and status."""
+    meta = {k: v for k, v in body["metadata"].items() if k not in ("managedFields", "annotations")}
+    return {**body, "metadata": meta}
+
+
+class JobRunner:
+    """The reconcile loop of one DDPJob."""
+
+    def __init__(
+        self,
+        key: Key,
+        body: Mapping[str, Any],
+        kube: Kube,
+        pods: PodSource,
+        events: stalls.EventReader | None = None,
+        isolation: bool = True,
+    ):
+        self.key = key
+        self.body = slim(body)
+        self.kube = kube
+        self.pods = pods
+        self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
+        self.isolation = isolation  # the operator's default for spec.network.isolation
+        self.memory = Memory(body.get("status"))
+        self.failure: Failure | None = None  # the last pass's, until a pass goes through
+        self.refused: str | None = None  # why the API server refused in-place pods, if it did
+        self.written = float("-inf")  # when the status was last written (monotonic)
+        self.due: float | None = None  # when a held-back progress write is due
+        self.wake = asyncio.Event()
+        self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
+
+    def update(self, body: Mapping[str, Any]) -> None:
+        """A new version of the job was observed (its status is taken if further on)."""
+        self.body = slim(body)
+        if self.memory.adopt(body.get("status")):
+            log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
+        self.wake.set()
+
+    def gone(self, pod: WorkerPod) -> None:
+        """One of the pods with the job's labels was deleted."""
+        self.memory.gone(pod, (self.body.get("metadata") or {}).get("uid"))
+        self.wake.set()
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.memory.status
+
+    def poke(self) -> None:
+        """One of the job's pods changed."""
+        self.wake.set()
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def deleted(self) -> None:
+        """The job was deleted: its loop stops, and the pods Kueue holds are marked so that
+        Kueue lets them go with the group."""
+        await self.stop()
+        uid = (self.body.get("metadata") or {}).get("uid")
+        try:
+            pods = await self.pods(self.key)
+        except PodsUnseen as exc:  # the job is gone: no status, but its Events can still tell
+            why = f"its pods are not marked for Kueue to let go: {exc}"
+            log.warning("ddpjob %s/%s deleted; %s", *self.key, why)
+            kopf.event(self.body, type="Warning", reason="PodsUnseen", message=why)
+            return
+        await kueue_steps.mark_left_behind(self.kube, *self.key, uid, pods)
+
+    async def _loop(self) -> None:
+        failures = 0
+        while True:
+            self.wake.clear()
+            try:
+                delay = await self.reconcile_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except JobGone as gone:  # the DELETED event may never come (namespace deleted)
+                log.info("%s: its loop ends", gone)
+                return
+            except Exception as exc:  # reported on the job, retried with backoff; never dies
+                failures += 1
+                backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
+                try:
+                    await self.report(exc, backoff)
+                except JobGone as gone:
+                    log.info("%s: its loop ends", gone)
+                    return
+                # A change of the job or its pods (e.g. the user fixed it) retries sooner.
+                await asyncio.sleep(SETTLE_SECONDS * 5)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=backoff)
+                continue
+            if self.failure is not None:
+                self.failure = None  # the pass went through: one more pass clears Blocked
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=delay)
+            await asyncio.sleep(SETTLE_SECONDS)
+
+    async def report(self, exc: Exception, backoff: float) -> None:
+        """Put a failed pass on the job: Failed if permanent, else the Blocked condition."""
+        self.failure = failure = classify(exc)
+        why = f"{failure.reason}: {failure.message}"
+        log.warning("ddpjob %s/%s: %s; retry in %.1fs", *self.key, why, backoff)
+        meta = self.body.get("metadata") or {}
+        now, generation = datetime.now(UTC), meta.get("generation", 0)
+        try:
+            try:
+                job = resolve(self.body)
+                pods = await self.pods(self.key)
+                pods, _ = await stalls.explain(self.events, job, pods, now)
+            except SpecError:
+                plan = reconcile.rejected(self.status, failure, now, generation)
+            except PodsUnseen:
+                plan = reconcile.blocked(self.status, failure, now, generation)
+            else:
+                seen, evicted = self.memory.seen, self.memory.evicted
+                plan = reconcile.plan(
+                    job, self.status, pods, now, generation, failure, seen, evicted
+                )
+                # Only the report; the actions are retried by the next pass.
+                plan.create, plan.delete, plan.force_delete, plan.delete_job = [], [], [], False
+            await self.record(plan)
+        except JobGone:
+            raise
+        except Exception as again:  # the API server is likely unreachable: nothing can be told
+            log.warning("ddpjob %s/%s: could not report it: %s", *self.key, api_message(again))
+
+    async def reconcile_once(self) -> float | None:
+        """One pass; returns seconds until a timed re-check is due (deadline, TTL), if any."""
+        started = time.perf_counter()
+        body = self.body
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None  # garbage collection removes the children
+        job = resolve(body)
+        pods = await self.pods(self.key)
+        now, generation = datetime.now(UTC), meta.get("generation", 0)
+        seen, evicted = self.memory.seen, self.memory.evicted
+        told = await kueue_steps.holdup(self.kube, job, pods)
+        pods, look_again = await stalls.explain(self.events, job, pods, now)
+        plan = reconcile.plan(
+            job, self.status, pods, now, generation, self.failure, seen, evicted, told, self.refused
+        )
+        plan.recheck_in(look_again)
+        self.memory.passed(plan.own, plan.attempt, job.suspend)
+        await self.execute(job, plan)
+        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        if self.due is not None:  # a held-back progress write
+            plan.recheck_in(max(0.0, self.due - time.monotonic()))
+        return plan.requeue_after
+
+    async def execute(self, job: Any, plan: reconcile.Plan) -> None:
+        """Carry out a plan. One that removes anything or starts a new attempt records its status
+        (and Events) first, so that a crash half-way can never make its own deletions look like
+        failures; one that only creates pods creates them first and records the status after,
+        which spares a write before the watch shows them. A failing step raises ``StepFailed``."""
+        record_first = bool(plan.delete or plan.finish_pods) or plan.delete_job
+        record_first = record_first or plan.attempt != self.attempt
+        if record_first:
+            await self.record(plan)
+        if plan.mark_unretriable:  # before any deletion: Kueue must see why the group ends
+            await kueue_steps.mark(self.kube, job.namespace, plan.mark_unretriable)
+        if plan.release:  # pods Kueue stopped, ended, held only by its finalizer
+            await kueue_steps.release(self.kube, job.namespace, plan.release)
+        removals = [(p, False) for p in plan.delete] + [(p, True) for p in plan.force_delete]
+        if removals:
+            self.memory.deleting(p for p, _ in removals)
+            await all_steps(
+                (
+                    f"deleting pod {p.name}",
+                    self.kube.delete_pod(job.namespace, p.name, p.uid, force),
+                )
+                for p, force in removals
+            )
+        # After the status that records the attempt (a crash cannot lose it), or the end.
+        attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
+        await all_steps(
+            (f"{what} pod {p.name}", self.kube.annotate_pod(job.namespace, p.name, p.uid, marks))
+            for pods, marks, what in (
+                (plan.tell, attempt, f"giving attempt {plan.attempt} to"),
+                (plan.finish_pods, FINISHED, "letting end"),  # the watch containers end
+            )
+            for p in pods
+        )
+        created = bool(plan.create) and await self.create(job, plan)
+        if not record_first:
+            await self.record(plan, created)
+        if plan.delete_job:
+            await self.kube.delete_job(job.namespace, job.name, job.uid)
+
+    async def create(self, job: Any, plan: reconcile.Plan) -> bool:
+        """Create the plan's workers (and the Service they need), never reusing what is not the
+        job's (``claims``: a template the API server refuses fails the job before any pod
+        exists). A pod created lately is not asked for again before the watch shows it (a 409
+        and a read for 7% of 512 workers)."""
+        now = time.monotonic()
+        keys = {i: (builders.worker_name(job, i), plan.attempt) for i in plan.create}
+        wanted = self.memory.unasked(keys, now, REQUESTED_TTL)
+        if len(wanted) < len(plan.create):
+            plan.recheck_in(REQUESTED_TTL)
+        if not wanted:
+            return False
+        pods = [builders.build_worker_pod(job, i, plan.attempt, plan.in_place) for i in wanted]
+        fresh = len(wanted) == job.nodes
+        try:
+            policy = netpol.isolated(job, self.isolation)
+            created, found = await claims.create_group(self.kube, job, pods, fresh, policy)
+        except InPlaceRefused as exc:  # the next pass says so on the job and builds them anew
+            self.refused = str(exc)
+            self.wake.set()
+            return False
+        metrics.PODS_CREATED.inc(sum(created))
+        done = [keys[i] for i, ok in zip(wanted, created, strict=True) if ok]
+        # From now: under load, the requests may have waited longer than the TTL.
+        self.memory.requested.update(dict.fromkeys(done, time.monotonic()))
+        if not found:
+            self.wake.set()  # gone meanwhile: the next pass creates it
+        return any(created)
+
+    @property
+    def attempt(self) -> int:
+        return self.memory.attempt
+
+    async def record(self, plan: reconcile.Plan, created: bool = False) -> None:
+        """Write what changed in the status, then post the plan's Events. Progress waits until
+        PROGRESS_INTERVAL after the last write, and so does a status without Events that
+        follows new pods (``created``): the watch shows them within it, and the next pass
+        writes a status that counts them; either way a timed pass writes it."""
+        if plan.attempt > self.attempt:
+            metrics.GROUP_RESTARTS.inc()
+            if plan.tell:
+                metrics.IN_PLACE_RESTARTS.inc()
+        replaced = int(plan.status.get("replacements") or 0) - int(
+            self.status.get("replacements") or 0
+        )
+        if replaced > 0:
+            metrics.REPLACEMENTS.inc(replaced)
+        changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
+        now = time.monotonic()
+        hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written
+        if progress_only(self.status, plan.status):
+            hold = max(hold, self.written + PROGRESS_INTERVAL)
+        if not changed:
+            self.due = None
+        elif now < hold:
+            self.due = hold  # a pass then writes the latest status
+        else:
+            await self.kube.patch_status(*self.key, changed)
+            self.status.update(plan.status)
+            self.written, self.due = time.monotonic(), None
+        for event in plan.events:
+            log.info("ddpjob %s/%s: %s: %s", *self.key, event.reason, event.message)
+            kopf.event(self.body, type=event.type, reason=event.reason, message=event.message)

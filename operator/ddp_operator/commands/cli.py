@@ -1,0 +1,107 @@
+"""`ddp-operator run`: the operator's command line (kopf inside)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import kopf
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``ddp-operator``."""
+    top = argparse.ArgumentParser(prog="ddp-operator", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the operator until interrupted")
+    scope = run.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="watch this namespace (repeatable; globs like 'team-*' allowed)",
+    )
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    run.add_argument(
+        "--liveness",
+        metavar="URL",
+        default=None,
+        help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz",
+    )
+    run.add_argument(
+        "--log-format", choices=["full", "plain", "json"], default="full", help="log format"
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    run.add_argument(
+        "--peering",
+        metavar="NAME",
+        default=None,
+        help="coordinate with other replicas through this kopf peering object (hot standby); "
+        "without it the operator runs standalone",
+    )
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="peering priority: the highest-priority replica is active",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (0: off)",
+    )
+    run.add_argument(
+        "--api-concurrency",
+        type=int,
+        default=32,
+        metavar="N",
+        help="concurrent API requests (pod creations) at most",
+    )
+    run.add_argument(
+        "--network-isolation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give each job a NetworkPolicy (only its own pods reach its pods) unless its "
+        "spec.network.isolation says otherwise (default: on)",
+    )
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ddp-operator`` console script."""
+    args = parser().parse_args(argv)
+    from ..act import handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(
+        verbose=args.verbose,
+        quiet=args.quiet,
+        log_format=kopf.LogFormat[args.log_format.upper()],
+    )
+    if not args.verbose:
+        # kopf logs every handler call; our own lines say what changed.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    kopf.run(
+        clusterwide=args.all_namespaces,
+        namespaces=args.namespaces or (),
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        priority=args.priority,
+        liveness_endpoint=args.liveness,
+        memo=kopf.Memo(
+            api_concurrency=args.api_concurrency,
+            metrics_port=args.metrics_port,
+            clusterwide=args.all_namespaces,
+            network_isolation=args.network_isolation,
+        ),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

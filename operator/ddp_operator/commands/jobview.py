@@ -1,0 +1,93 @@
+"""What `kubectl ddp status` shows: a job and its workers, as text. Pure: dicts in, text out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..decide import kubelet_events
+from ..decide.conditions import parse_time
+from ..model import constants as c
+from ..model.workers import STARTING, observe
+
+
+def age(timestamp: str | None, now: datetime | None = None) -> str:
+    """Kubernetes-style age: 42s, 7m, 3h, 2d."""
+    start = parse_time(timestamp)
+    if start is None:
+        return "-"
+    seconds = int(((now or datetime.now(UTC)) - start).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def _waiting_reason(pod: Mapping[str, Any]) -> str | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
+# The conditions `kubectl ddp status` shows, in the status that needs the user's attention.
+NOTABLE = {
+    c.COND_UNSCHEDULABLE: "True",
+    c.COND_NOT_STARTING: "True",
+    c.COND_BLOCKED: "True",
+    c.COND_FAILED: "True",
+    c.COND_RESTARTING: "True",
+    c.COND_GANG: "False",
+    c.COND_QUEUED: "True",
+}
+
+
+def render_status(
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """One line for the job, its notable conditions, then one line per worker; a worker not
+    started yet gets the reason of its latest Warning Event (``events``) if it has one."""
+    meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    nodes = int(spec.get("nodes", 1))
+    lines = [
+        f"ddpjob/{meta['name']}  phase={status.get('phase', 'Pending')}  nodes={nodes}  "
+        f"restarts={status.get('restarts', 0)}  age={age(meta.get('creationTimestamp'), now)}"
+    ]
+    if spec.get("minNodes") is not None and spec.get("maxNodes") is not None:
+        lines[0] += (  # elastic: the live world size, and the workers replaced alone
+            f"  world={status.get('worldSize', 0)}  replacements={status.get('replacements', 0)}"
+        )
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == NOTABLE.get(cond["type"]):
+            lines.append(f"  {cond['type']}: {cond.get('message', '')}")
+    rows = [("WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON")]
+    by_index = {}
+    for pod in pods:
+        w = observe(pod)
+        if w is not None and not (
+            w.index in by_index and by_index[w.index][0].attempt_now > w.attempt_now
+        ):
+            by_index[w.index] = (w, pod)
+    said = kubelet_events.latest(events, (w.uid for w, _ in by_index.values() if w.uid))
+    for i in range(nodes):
+        if i not in by_index:
+            rows.append((str(i), "-", "NotCreated", "-", "-", "-", "-"))
+            continue
+        w, pod = by_index[i]
+        phase = "Terminating" if w.deleting else w.phase
+        waiting = _waiting_reason(pod)
+        if w.phase == "Pending" and w.uid in said and (waiting or "").startswith(STARTING):
+            waiting = f"{said[w.uid].reason}: {said[w.uid].message}".rstrip(": ")
+        reason = w.unschedulable or waiting or w.reason or "-"
+        exit_code = "-" if w.exit_code is None else str(w.exit_code)
+        rows.append((str(i), w.name, phase, w.node or "-", str(w.attempt_now), exit_code, reason))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,234 @@
+"""`kubectl ddp`: the kubectl plugin (console script ``kubectl-ddp``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..decide import kubelet_events
+from ..manifests.builders import trainer_index
+from ..model import constants as c
+from ..model.jobspec import SpecError, resolve
+from . import jobview, localrun
+
+
+def load_job(path: str) -> dict[str, Any]:
+    """The DDPJob in a manifest file ('-' for stdin); other documents are ignored."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    for doc in yaml.safe_load_all(text):
+        if isinstance(doc, dict) and doc.get("kind") == c.KIND:
+            return doc
+    raise SpecError(f"{path}: no {c.KIND} found")
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    body = load_job(args.file)
+    meta = body.setdefault("metadata", {})
+    meta.setdefault("namespace", args.namespace)
+    meta.setdefault("uid", f"local-{meta.get('name', 'job')}")
+    job = resolve(body)
+    print(
+        f"ddp local: {job.name}: {job.nodes} workers x {job.procs_per_node} processes, "
+        f"backend {job.backend}",
+        flush=True,
+    )
+    try:
+        outcome = localrun.run(job)
+    except KeyboardInterrupt:
+        print("ddp local: interrupted; all workers stopped", file=sys.stderr)
+        return 130
+    verdict = "Succeeded" if outcome.succeeded else "Failed"
+    stream = sys.stdout if outcome.succeeded else sys.stderr
+    print(f"ddp local: {job.name} {verdict}: {outcome.message}", file=stream, flush=True)
+    return outcome.exit_status
+
+
+class Api:
+    """The cluster of the current kubeconfig context (KUBECONFIG or --kubeconfig)."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None):
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = next((x for x in contexts if x["name"] == context), active) if context else active
+        self.namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
+
+    def job(self, ns: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, name)
+
+    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        found = self.core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}={name}")
+        items = self.api.sanitize_for_serialization(found).get("items") or []
+        return sorted(items, key=lambda p: int(p["metadata"]["labels"].get(c.LABEL_INDEX, 0)))
+
+    def pod_warnings(self, ns: str, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The namespace's Warning Events about pods, if some pod is bound but not started."""
+        if not any(
+            (p.get("status") or {}).get("phase") == "Pending"
+            and (p.get("spec") or {}).get("nodeName")
+            for p in pods
+        ):
+            return []
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            found = self.core.list_namespaced_event(
+                ns, field_selector=kubelet_events.FIELD_SELECTOR
+            )
+        except ApiException as exc:  # e.g. not allowed to list Events: the rest still shows
+            print(f"(the pods' Events could not be read: {_message(exc)})", file=sys.stderr)
+            return []
+        return self.api.sanitize_for_serialization(found).get("items") or []
+
+
+def _api(args: argparse.Namespace) -> tuple[Api, str]:
+    api = Api(args.kubeconfig, args.context)
+    return api, args.namespace or api.namespace
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    api, ns = _api(args)
+    pods = api.pods(ns, args.name)
+    print(jobview.render_status(api.job(ns, args.name), pods, events=api.pod_warnings(ns, pods)))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    api, ns = _api(args)
+    api.job(ns, args.name)  # fails clearly if there is no such job
+    pods = api.pods(ns, args.name)
+    if args.worker is not None:
+        pods = [p for p in pods if p["metadata"]["labels"].get(c.LABEL_INDEX) == str(args.worker)]
+        if not pods:
+            raise SpecError(f"{args.name} has no worker {args.worker}")
+    lock = threading.Lock()
+
+    def stream(pod: dict[str, Any]) -> None:
+        index = pod["metadata"]["labels"].get(c.LABEL_INDEX)
+        prefix = "" if args.worker is not None else f"worker-{index} | "
+        container = pod["spec"]["containers"][trainer_index(pod["spec"])]["name"]
+        resp = api.core.read_namespaced_pod_log(
+            pod["metadata"]["name"],
+            ns,
+            container=container,
+            follow=args.follow,
+            tail_lines=args.tail,
+            _preload_content=False,
+        )
+        for raw in resp:
+            for line in raw.decode(errors="replace").splitlines():
+                with lock:
+                    print(f"{prefix}{line}", flush=True)
+
+    threads = [threading.Thread(target=stream, args=(p,), daemon=True) for p in pods]
+    for t in threads:
+        t.start()
+        if not args.follow:
+            t.join()  # one worker after the other, in order
+    for t in threads:
+        t.join()
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    body = load_job(args.file)
+    resolve(body)  # the same checks as the CRD, before the round trip
+    api, ns = _api(args)
+    ns = body["metadata"].get("namespace") or ns
+    created = api.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+    print(f"ddpjob/{created['metadata']['name']} created in {ns}")
+    return 0
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--namespace", default=None, help="namespace (default: the context's)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG)")
+    p.add_argument("--context", default=None, help="kubeconfig context")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="kubectl ddp", description="DDPJob tools for kubectl")
+    sub = top.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="a job and one line per worker")
+    status.add_argument("name")
+    _cluster_flags(status)
+    status.set_defaults(func=cmd_status)
+    logs = sub.add_parser("logs", help="the trainer logs of every worker, prefixed, or of one")
+    logs.add_argument("name")
+    logs.add_argument("-w", "--worker", type=int, default=None, help="only this worker index")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep streaming")
+    logs.add_argument("--tail", type=int, default=None, help="last N lines of each worker")
+    _cluster_flags(logs)
+    logs.set_defaults(func=cmd_logs)
+    submit = sub.add_parser("submit", help="create a DDPJob from a manifest file")
+    submit.add_argument("file", help="manifest with a DDPJob ('-' for stdin)")
+    _cluster_flags(submit)
+    submit.set_defaults(func=cmd_submit)
+    local = sub.add_parser(
+        "local",
+        help="run a DDPJob's workers as local processes (real torch, no cluster)",
+        description=localrun.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    local.add_argument("file", help="manifest with a DDPJob ('-' for stdin)")
+    local.add_argument("-n", "--namespace", default="default", help="namespace for DNS names")
+    local.set_defaults(func=cmd_local)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kubectl-ddp`` console script: any failure is one line on stderr and
+    a non-zero exit (1: the cluster or the API said no; 2: bad input), never a traceback."""
+    args = parser().parse_args(argv)
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return args.func(args)
+    except ApiException as exc:
+        return _fail(1, f"{exc.status} {exc.reason}: {_message(exc)}")
+    except ConfigException as exc:
+        return _fail(1, f"no usable kubeconfig (KUBECONFIG, --kubeconfig): {exc}")
+    except HTTPError as exc:
+        return _fail(1, f"cannot reach the cluster: {_unreachable(exc)}")
+    except yaml.YAMLError as exc:
+        return _fail(2, f"{getattr(args, 'file', '')}: not valid YAML: {exc}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        where = getattr(args, "file", "")
+        return _fail(2, f"{where}: not a valid {c.KIND} ({type(exc).__name__}: {exc})")
+    except (SpecError, OSError, ValueError) as exc:
+        return _fail(2, str(exc))
+
+
+def _fail(code: int, message: str) -> int:
+    print("kubectl ddp: " + " ".join(message.split()), file=sys.stderr)
+    return code
+
+
+def _unreachable(exc: Exception) -> str:
+    """The server and the cause of a connection failure, without urllib3's object reprs."""
+    pool = getattr(exc, "pool", None)
+    server = f"{pool.scheme}://{pool.host}:{pool.port}: " if pool is not None else ""
+    cause = str(getattr(exc, "reason", None) or exc)
+    return server + cause.split(">: ", 1)[-1]
+
+
+def _message(exc: Any) -> str:
+    try:
+        return yaml.safe_load(exc.body).get("message", "")
+    except Exception:
+        return str(exc.body or "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

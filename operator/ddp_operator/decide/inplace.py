@@ -1,0 +1,158 @@
+"""In-place group restarts, decided (pods built by ``inplace_pod``). Pure.
+
+An in-place pod stays in its group across attempts: the operator records the next attempt in the
+job's status, then gives it to each pod (its annotation, ``tell``); each pod's watch container sees
+it and the kubelet restarts the pod's containers. A pod of an earlier attempt that can still be
+restarted that way belongs to the current group; one that cannot (ended, being deleted) is
+stale. The group runs again once every pod was restarted for the current attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..model import constants as c
+from ..model.jobspec import JobSpec
+from ..model.workers import WorkerPod
+from .conditions import WARNING, Conditions, condition, parse_time
+
+# The kube-scheduler's words (NodeDeclaredFeatures plugin) when no node declares what a pod
+# needs, and the kubelet's reason when it admits no pod needing what it lacks.
+NO_NODE_DECLARES = "didn't match Pod's required features"
+KUBELET_LACKS = "PodFeatureUnsupported"
+FALLBACK_REASON = "NodesLackInPlaceRestart"
+
+
+def belongs(pod: WorkerPod, attempt: int, wanted: bool = True) -> bool:
+    """Whether ``pod`` is in the group of ``attempt``: created for it, given it, or to be given
+    it (an in-place pod still alive). An in-place pod that never ran is not, once in-place
+    restarts are no longer ``wanted`` (no node can run it: it is built again without)."""
+    if pod.in_place and not wanted and never_ran(pod):
+        return False
+    ended = pod.phase in c.FINISHED_PHASES and not pod.watching
+    if pod.attempt_now == attempt:  # unless it ended before it restarted for the attempt
+        return not (ended and pod.in_place and pod.restarted < pod.restarts_due)
+    return pod.in_place and pod.attempt_now < attempt and not ended and not pod.deleting
+
+
+def to_tell(current: Iterable[WorkerPod], attempt: int) -> list[WorkerPod]:
+    """The group's in-place pods to give ``attempt`` now: those not yet given it, but only
+    worker 0 while it still runs a trainer of an earlier attempt. A pod restarts as soon as it is
+    told, and one whose trainer had ended restarts at once: its new processes would find worker
+    0's old ones still serving the rendezvous and join them (seen in real containers)."""
+    current = list(current)
+    due = [p for p in current if p.in_place and p.attempt_now < attempt and not p.deleting]
+    master = next((p for p in current if p.index == 0), None)
+    old = master is not None and master.in_place and master.trainer_running
+    if old and (master.attempt_now < attempt or master.restarted < master.restarts_due):
+        return [p for p in due if p is master]
+    return due
+
+
+def behind(pod: WorkerPod, attempt: int) -> bool:
+    """Whether an in-place pod has yet to be given ``attempt`` or to restart for it."""
+    return pod.in_place and (pod.attempt_now < attempt or pod.restarted < pod.restarts_due)
+
+
+def wanted(job: JobSpec, conditions: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether new pods of the job are built to restart in place: asked for, and not refused by
+    the cluster (its condition says why)."""
+    cond = condition(conditions, c.COND_IN_PLACE)
+    refused = bool(cond) and cond.get("status") == "False"
+    return job.restart_strategy == c.RESTART_IN_PLACE and not refused
+
+
+def never_ran(pod: WorkerPod) -> bool:
+    """Whether no container of the pod ever ran (unschedulable, or refused by its kubelet)."""
+    refused = pod.phase == "Failed" and pod.reason == KUBELET_LACKS
+    return refused or (pod.phase == "Pending" and not pod.container_ran)
+
+
+def unplaceable(pods: Iterable[WorkerPod]) -> str | None:
+    """Why no node can run the job's in-place pods, if so: the scheduler found no node that
+    declares the feature, or a kubelet refused a pod for lacking it (a scheduler that does not
+    check declared features bound it there)."""
+    for pod in sorted(pods, key=lambda p: p.index):
+        if not pod.in_place or pod.deleting:
+            continue
+        if NO_NODE_DECLARES in (pod.unschedulable or ""):
+            return f"{pod.name}: {pod.unschedulable}"
+        if pod.phase == "Failed" and pod.reason == KUBELET_LACKS:
+            return f"{pod.name} was refused by node {pod.node}: {pod.message}"
+    return None
+
+
+def settle(conds: Conditions, job: JobSpec, pods: Iterable[WorkerPod]) -> bool:
+    """Whether new pods of the job are built to restart in place (``wanted``). Where no node
+    can run the in-place pods (``unplaceable``), the job falls back to Recreate for good:
+    InPlaceRestart=False says why, and the pods that never ran are built again without."""
+    if not wanted(job, conds.items):
+        return False
+    why = unplaceable(pods)
+    if why is None:
+        return True
+    fallback = "the workers are created again, to be recreated on a failure"
+    conds.set(c.COND_IN_PLACE, False, FALLBACK_REASON, f"{why}; {fallback}", WARNING)
+    conds.set(c.COND_CREATED, False, FALLBACK_REASON, fallback)
+    return False
+
+
+def limit(job: JobSpec) -> int:
+    """Seconds a restart in place may take to begin on every pod: worker 0's old processes end
+    first, then the others' (each within the pods' termination grace period), and a margin."""
+    grace = (job.template.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return c.IN_PLACE_TIMEOUT_SECONDS + 2 * int(30 if grace is None else grace)
+
+
+def stuck(
+    current: Iterable[WorkerPod],
+    attempt: int,
+    status: Mapping[str, Any],
+    now: datetime,
+    seconds: int,
+) -> list[str]:
+    """The pods given ``attempt`` whose kubelet has not restarted their watch ``seconds``
+    after the restart was decided (its Restarting condition)."""
+    cond = condition(status.get("conditions") or [], c.COND_RESTARTING)
+    since = parse_time((cond or {}).get("lastTransitionTime"))
+    if since is None or now - since < timedelta(seconds=seconds):
+        return []
+    return [
+        f"{p.name} was not restarted in place within {seconds}s"
+        + (f" (does node {p.node} run a kubelet with RestartAllContainers?)" if p.node else "")
+        for p in current
+        if p.in_place and p.attempt_now == attempt and p.reran < p.restarts_due and not p.deleting
+    ]
+
+
+def recheck(current: Iterable[WorkerPod], attempt: int, seconds: float) -> float | None:
+    """Seconds until a restart still pending may be found stuck, if any pod is behind."""
+    if any(behind(p, attempt) for p in current):
+        return float(seconds)
+    return None
+
+
+def obstacle(
+    job: JobSpec, current: Mapping[int, WorkerPod], stuck_pods: list[str], possible: bool = True
+) -> str | None:
+    """Why the group cannot restart in place now (None: it can): in-place restarts are wanted
+    and ``possible`` on this cluster, and every worker is an in-place pod, alive and not going."""
+    if job.restart_strategy != c.RESTART_IN_PLACE:
+        return f"spec.restartStrategy is {job.restart_strategy}"
+    if not possible:
+        return f"the {c.COND_IN_PLACE} condition says why"
+    if stuck_pods:
+        return stuck_pods[0]
+    for i in range(job.nodes):
+        pod = current.get(i)
+        if pod is None:
+            return f"worker {i} has no pod"
+        if not pod.in_place:
+            return f"{pod.name} was not created to restart in place"
+        if pod.deleting:
+            return f"{pod.name} is being deleted"
+        if pod.phase in c.FINISHED_PHASES and not pod.watching:
+            return f"{pod.name} has ended ({pod.phase})"
+    return None

@@ -1,0 +1,43 @@
+"""A Plan: what to do next for one job, as ``reconcile.plan`` decides it and the job loop
+(``runner``) executes it. Pure data; ``endings`` fills in what a finished job still does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model.constants import FINISHED_PHASES
+from ..model.workers import WorkerPod
+from .conditions import Event
+
+
+@dataclass
+class Plan:
+    """What to do next for one job."""
+
+    status: dict[str, Any]
+    create: list[int] = field(default_factory=list)
+    delete: list[WorkerPod] = field(default_factory=list)
+    force_delete: list[WorkerPod] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_job: bool = False
+    own: list[WorkerPod] = field(default_factory=list)  # the observed pods the job controls
+    mark_unretriable: list[WorkerPod] = field(default_factory=list)  # for Kueue, once over
+    release: list[WorkerPod] = field(default_factory=list)  # Kueue's finalizer to take off
+    tell: list[WorkerPod] = field(default_factory=list)  # in-place pods to give the attempt
+    finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
+    in_place: bool = False  # new pods are built to restart in place
+
+    @property
+    def attempt(self) -> int:
+        return int(self.status.get("restarts") or 0)
+
+    def recheck_in(self, seconds: float | None) -> None:
+        """Ask for a pass within ``seconds``, if given (the earliest asked for wins)."""
+        if seconds is not None:
+            self.requeue_after = min(seconds, self.requeue_after or seconds)
+
+    @property
+    def finished(self) -> bool:
+        return self.status.get("phase") in FINISHED_PHASES

@@ -1,0 +1,266 @@
+"""The reconcile decision, pure: a job, its status and its observed pods in; a Plan out.
+
+The job loops (``runner``) execute a Plan and call ``plan`` again on the next change. Every
+decision is derived from what is observed, so a restarted operator converges from any point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+from ..manifests.builders import worker_name
+from ..model import constants as c
+from ..model.jobspec import JobSpec
+from ..model.workers import WorkerPod
+from . import elastic, inplace, kueue, obstacles, outcomes, recovery, startup
+from .conditions import (
+    NORMAL,
+    WARNING,
+    Conditions,
+    format_time,
+    parse_time,
+)
+from .endings import finished
+from .failures import Failure
+from .plan import Plan
+
+
+def _counts(pods: Iterable[WorkerPod]) -> dict[str, int]:
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    for pod in pods:
+        key = pod.phase.lower()
+        if key in counts:
+            counts[key] += 1
+    return counts
+
+
+def plan(
+    job: JobSpec,
+    status: Mapping[str, Any],
+    pods: Iterable[WorkerPod],
+    now: datetime,
+    generation: int = 0,
+    failure: Failure | None = None,
+    seen: Collection[tuple[str, int]] = (),
+    evicted: Mapping[tuple[str, int], str] = MappingProxyType({}),
+    told: kueue.Holdup | None = None,
+    refused: str | None = None,
+) -> Plan:
+    """Decide the next status and actions of a job from what is observed: its status, the pods
+    carrying its label (only those it controls count as its own), the (name, attempt) of its own
+    pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
+    same attempt), those Kueue removed (``evicted``: why), why Kueue holds the group (``told``,
+    from its Workload), why the API server refused in-place pods (``refused``) and, if the last
+    attempt to act failed, that failure."""
+    observed = list(pods)
+    pods, foreign = obstacles.split(job, observed)
+    attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
+    conds = Conditions(status.get("conditions") or [], now, generation)
+    if refused:
+        conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", refused, WARNING)
+    in_place = inplace.settle(conds, job, pods)
+    replacing = elastic.pending(status, pods, attempt)
+    current = {
+        p.index: p
+        for p in pods
+        if p.index < job.nodes
+        and inplace.belongs(p, attempt, in_place)
+        and not elastic.replaced(p, replacing)
+    }
+    chosen = {id(p) for p in current.values()}  # by identity: `in` a list is O(N) field-wise
+    stale = [p for p in pods if id(p) not in chosen]
+    new: dict[str, Any] = {
+        "restarts": attempt,
+        "observedGeneration": generation,
+        "startTime": status.get("startTime"),
+        "completionTime": status.get("completionTime"),
+        "workers": _counts(p for p in current.values() if not p.deleting),
+        "worldSize": 0,
+        "replacements": int(status.get("replacements") or 0),
+        "replacing": elastic.record(replacing),
+    }
+    result = Plan(status=new, own=pods, in_place=in_place)
+    # What blocks the job, most recent first: (reason, message).
+    blockers: list[tuple[str, str]] = []
+    if failure is not None:
+        blockers.append((failure.reason, failure.message))
+
+    def finish(result: Plan, active: bool = True) -> Plan:
+        result.force_delete = obstacles.force_delete(pods, now)
+        result.release = kueue.release(pods)
+        if active:
+            result.recheck_in(obstacles.report(conds, pods, now, blockers))
+        new["conditions"] = conds.items
+        new["phase"] = _phase(conds)
+        result.events = conds.events
+        return result
+
+    def stop(succeeded: bool, reason: str, message: str) -> Plan:
+        if succeeded:
+            conds.set(c.COND_SUCCEEDED, True, reason, message, NORMAL)
+        else:
+            conds.set(c.COND_FAILED, True, reason, message, WARNING)
+        conds.set(c.COND_RUNNING, False, reason, "the job has finished")
+        conds.clear(c.COND_RESTARTING, reason, "the job has finished")
+        conds.clear(c.COND_BLOCKED, reason, "the job has finished")
+        conds.clear(c.COND_NOT_STARTING, reason, "the job has finished")
+        new["completionTime"] = format_time(now)
+        return finished(job, pods, now, new, finish(result, active=False))
+
+    # 1. A finished job only cleans up and waits for its TTL.
+    if conds.true(c.COND_SUCCEEDED) or conds.true(c.COND_FAILED):
+        return finished(job, pods, now, new, finish(result, active=False))
+
+    # 2. A permanent failure (a template the API server refuses) fails the job at once.
+    if failure is not None and failure.permanent:
+        return stop(False, failure.reason, failure.message)
+
+    # 3. Suspended: no pods; resuming restarts the clock, as for a Job.
+    if job.suspend:
+        conds.set(c.COND_SUSPENDED, True, "Suspended", "the job is suspended", NORMAL)
+        conds.clear(c.COND_RUNNING, "Suspended", "the job is suspended")
+        conds.clear(c.COND_CREATED, "Suspended", "the job is suspended")
+        result.delete = [p for p in pods if not p.deleting]
+        return finish(result)
+    if conds.true(c.COND_SUSPENDED):
+        conds.set(c.COND_SUSPENDED, False, "Resumed", "the job was resumed", NORMAL)
+        new["startTime"] = None
+
+    # 4. Deadline.
+    start = parse_time(new["startTime"])
+    if job.active_deadline_seconds is not None and start is not None:
+        left = start + timedelta(seconds=job.active_deadline_seconds) - now
+        if left <= timedelta(0):
+            return stop(
+                False,
+                "DeadlineExceeded",
+                f"the job was active longer than activeDeadlineSeconds "
+                f"({job.active_deadline_seconds}s)",
+            )
+        result.requeue_after = left.total_seconds()
+
+    # 5. Kueue evicted the group: no failure and no restart; recreated once it is gone.
+    why = kueue.eviction(current, evicted, attempt) if job.queue else None
+    if why:
+        result.delete = kueue.evict(conds, current, why)
+        if current:
+            return finish(result)
+
+    # 6. Success, then failure: what it means for the job is ``recovery``'s decision.
+    reason = outcomes.succeeded(job, current, attempt)
+    if reason:
+        what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
+        return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
+    excused = {*kueue.not_failures(evicted, attempt)}
+    excused |= {(worker_name(job, i), attempt) for i in replacing}
+    # An elastic job's Created counts workers before spec.nodes changed: only those seen vanish.
+    created = conds.true(c.COND_CREATED) and not job.scalable
+    failed = outcomes.failures(job, current, created, seen, attempt, excused)
+    stuck = inplace.stuck(current.values(), attempt, status, now, inplace.limit(job))
+    going: list[WorkerPod] = []  # replaced alone: deleted, and created again once gone
+    if elastic.alone(job, failed, current, stuck):
+        going = elastic.replace(conds, new, failed, current, replacing)
+    elif failed or stuck:
+        obstacle = inplace.obstacle(job, current, stuck, in_place)
+        decision = recovery.decide(job, [*failed.values(), *stuck], attempt, obstacle)
+        if decision.action == recovery.FAIL:
+            return stop(False, decision.reason, decision.message)
+        new["restarts"] = attempt + 1
+        new["replacing"] = []
+        recovery.restarting(conds, decision)
+        if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
+            result.tell = inplace.to_tell(current.values(), attempt + 1)
+            return finish(result)
+        new["workers"] = _counts([])
+        result.delete = [p for p in pods if not p.deleting]
+        return finish(result)
+
+    # 7. Remove what does not belong to this attempt. Create what is missing once no pod of an
+    #    earlier attempt is left (a worker of a new group could meet a still-running process of
+    #    the old one at the master's address, and the two would train together; seen in real
+    #    containers) and unless a pod of that name exists (a foreign one: reported).
+    result.delete = [p for p in stale if not p.deleting] + going
+    result.tell = inplace.to_tell(current.values(), attempt)
+    result.recheck_in(inplace.recheck(current.values(), attempt, inplace.limit(job)))
+    taken = {p.name for p in observed}
+    missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
+    # A pod replaced alone, or past spec.nodes (scaled down), keeps no other worker waiting.
+    waits = [p for p in stale if not elastic.apart(p, job, attempt, replacing)]
+    result.create = [] if waits else [i for name, i in missing.items() if name not in taken]
+    conflict = obstacles.conflict(job, [p for p in foreign if p.name in missing])
+    if conflict:
+        blockers.append(conflict)
+    # Set by the pass that creates the pods, or that first sees them (its status is written
+    # once the watch shows them: that pass, or an operator that took over, may be the first).
+    if (result.create or current) and new["startTime"] is None:
+        new["startTime"] = format_time(now)
+        if job.active_deadline_seconds is not None:
+            result.requeue_after = float(job.active_deadline_seconds)
+    live = [p for p in current.values() if not p.deleting]
+    if len(live) == job.nodes:
+        if not conds.true(c.COND_CREATED):
+            conds.set(
+                c.COND_CREATED,
+                True,
+                "WorkersCreated",
+                f"created {job.nodes} workers (attempt {attempt})",
+                NORMAL,
+            )
+    elif stale:
+        names = ", ".join(sorted(p.name for p in stale)[:3])
+        conds.set(
+            c.COND_CREATED,
+            False,
+            "PreviousPodsTerminating",
+            f"waiting for {len(stale)} pods of an earlier attempt to go ({names})",
+        )
+    else:
+        conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
+
+    # 8. What keeps workers from starting, in the scheduler's, Kueue's and the kubelet's words.
+    startup.report(conds, live, job.nodes, job.gang)
+    result.recheck_in(kueue.report(conds, live, job, told))
+
+    # 9. Running once every worker has started (finished ones count), or for an elastic job
+    #    enough of them: ``startup.running``, which gives the live world size.
+    new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])
+    return finish(result)
+
+
+def rejected(
+    status: Mapping[str, Any], failure: Failure, now: datetime, generation: int = 0
+) -> Plan:
+    """The status of a job whose spec cannot even be resolved: Failed, saying why."""
+    conds = Conditions(status.get("conditions") or [], now, generation)
+    conds.set(c.COND_FAILED, True, failure.reason, failure.message, WARNING)
+    new = {"phase": "Failed", "conditions": conds.items, "observedGeneration": generation}
+    new["completionTime"] = status.get("completionTime") or format_time(now)
+    return Plan(status=new, events=conds.events)
+
+
+def blocked(
+    status: Mapping[str, Any], failure: Failure, now: datetime, generation: int = 0
+) -> Plan:
+    """The status of a job that cannot be planned (its pods cannot be seen): Blocked, saying
+    why, and nothing else changed; a finished job stays as it is."""
+    conds = Conditions(status.get("conditions") or [], now, generation)
+    if conds.true(c.COND_SUCCEEDED) or conds.true(c.COND_FAILED):
+        return Plan(status={})
+    conds.set(c.COND_BLOCKED, True, failure.reason, failure.message, WARNING)
+    return Plan(status={"conditions": conds.items, "phase": _phase(conds)}, events=conds.events)
+
+
+def _phase(conds: Conditions) -> str:
+    for type_, phase in (
+        (c.COND_FAILED, "Failed"),
+        (c.COND_SUCCEEDED, "Succeeded"),
+        (c.COND_SUSPENDED, "Suspended"),
+        (c.COND_RESTARTING, "Restarting"),
+        (c.COND_RUNNING, "Running"),
+    ):
+        if conds.true(type_):
+            return phase
+    return "Pending"

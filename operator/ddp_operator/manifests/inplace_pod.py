@@ -1,0 +1,113 @@
+"""What a worker pod carries to be restarted in place (``spec.restartStrategy: InPlace``).
+Pure: a pod manifest in, the same manifest with these additions out.
+
+The kubelet (Kubernetes 1.35+, RestartAllContainers) restarts every container of a pod when a
+container exits with a code one of its rules names, keeping the pod, its UID, IP, node and
+volumes. The operator needs no credentials in the pod and no exec to use it:
+
+* the pod's attempt is its annotation ``ddp-operator.io/attempt``, which the operator moves on;
+  ``DDP_ATTEMPT`` is taken from it (``fieldRef``: resolved at each start of a container);
+* a second container (``ddp-attempt-watch``) reads the annotation through a downward-API volume
+  and exits 86 once it differs from the attempt the container started with: its rule restarts
+  every container of the pod, the trainer with the new ``DDP_ATTEMPT``;
+* it is a regular container, not a sidecar, so a trainer that ended leaves the pod running, its
+  exit code on record: nothing restarts until the operator gives the pod its next attempt (a
+  failed attempt never runs again), and a worker that finished can still be restarted with its
+  group. Once the job has finished, the operator sets ``ddp-operator.io/finished`` and the watch
+  exits 0: the pod ends Succeeded or Failed, as its trainer did.
+
+The watch runs ``/bin/sh`` from the trainer's image (already on the node; no image of ours to
+pull), as nobody, and passes Pod Security ``restricted``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import constants as c
+
+Manifest = dict[str, Any]
+
+ATTEMPT_DIR = "/ddp-attempt"  # the downward-API volume: the pod's two annotations
+# TERM ends it at once (sh as PID 1 would ignore it); an annotation not set reads as empty.
+WATCH_SCRIPT = f"""trap 'exit 0' TERM
+while :; do
+  read -r now < {ATTEMPT_DIR}/attempt
+  [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
+  [ -s {ATTEMPT_DIR}/finished ] && exit 0
+  sleep 0.2
+done
+"""
+# Requests equal to limits keep a Guaranteed pod Guaranteed.
+RESOURCES = {
+    "requests": {"cpu": "20m", "memory": "32Mi"},
+    "limits": {"cpu": "20m", "memory": "32Mi"},
+}
+SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "runAsGroup": 65534,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _annotation(key: str) -> Manifest:
+    return {"fieldPath": f"metadata.annotations['{key}']"}
+
+
+def attempt_env() -> Manifest:
+    """``DDP_ATTEMPT`` from the pod's own annotation: resolved each time a container starts."""
+    return {"name": c.ENV_ATTEMPT, "valueFrom": {"fieldRef": _annotation(c.ATTEMPT_ANNOTATION)}}
+
+
+def watch_container(trainer: Manifest) -> Manifest:
+    """The container whose exit 86 restarts the pod in place."""
+    return {
+        "name": c.WATCH_CONTAINER,
+        "image": trainer.get("image"),
+        "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
+        "command": ["/bin/sh", "-c", WATCH_SCRIPT],
+        "env": [attempt_env()],
+        "resources": RESOURCES,
+        "securityContext": SECURITY,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": c.ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True}],
+        "restartPolicy": "OnFailure",  # killed (by OOM, by hand): it alone starts again
+        "restartPolicyRules": [
+            {
+                "action": "RestartAllContainers",
+                "exitCodes": {"operator": "In", "values": [c.RESTART_EXIT_CODE]},
+            }
+        ],
+    }
+
+
+def carried(pod: Manifest) -> bool:
+    """Whether a pod (as built, or as the API server returned it) carries the watch's rule."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for rule in container.get("restartPolicyRules") or ():
+            if rule.get("action") == "RestartAllContainers":
+                return True
+    return False
+
+
+def make_in_place(pod: Manifest, trainer_at: int, attempt: int) -> None:
+    """Add to a worker pod (``trainer_at``: its trainer's index) what in-place restarts need."""
+    meta, spec = pod["metadata"], pod["spec"]
+    trainer = spec["containers"][trainer_at]
+    annotations = meta.setdefault("annotations", {})
+    annotations[c.ATTEMPT_ANNOTATION] = str(attempt)
+    annotations.setdefault(c.DEFAULT_CONTAINER_ANNOTATION, trainer["name"])  # kubectl logs
+    trainer["env"] = [
+        attempt_env() if e.get("name") == c.ENV_ATTEMPT else e for e in trainer.get("env") or []
+    ]
+    spec["containers"].append(watch_container(trainer))
+    items = [
+        {"path": "attempt", "fieldRef": _annotation(c.ATTEMPT_ANNOTATION)},
+        {"path": "finished", "fieldRef": _annotation(c.FINISHED_ANNOTATION)},
+    ]
+    spec.setdefault("volumes", []).append(
+        {"name": c.ATTEMPT_VOLUME, "downwardAPI": {"items": items}}
+    )

@@ -1,0 +1,41 @@
+"""The job's NetworkPolicy (pure): only the job's own pods reach its pods, on every port.
+
+PyTorch's c10d store and rendezvous accept anyone who connects (PyTorch's SECURITY.md), and the
+process group listens on ports beyond the master port, so the policy covers every port of the
+job's pods. Ingress only: egress (the data, the checkpoints, DNS) is the user's. What the user
+opens besides (``spec.network.allow``, NetworkPolicy ingress rules: a metrics scraper, a
+TensorBoard reader) is added as it is. The policy selects by the job's name label, like the
+Service: in Kubernetes, labels are what a NetworkPolicy knows of a pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import constants as c
+from ..model.jobspec import JobSpec
+from .builders import job_object_meta
+
+API = ("networking.k8s.io", "v1", "networkpolicies")
+KIND = "NetworkPolicy"
+
+
+def isolated(job: JobSpec, default: bool) -> bool:
+    """Whether the job gets its NetworkPolicy: ``spec.network.isolation``, else the operator's
+    default (``--network-isolation``, on unless the chart turns it off)."""
+    return default if job.network_isolation is None else job.network_isolation
+
+
+def build_network_policy(job: JobSpec) -> dict[str, Any]:
+    """NetworkPolicy ``<job>``: ingress to the job's pods from its own pods (any port) and from
+    what ``spec.network.allow`` lists."""
+    own = {"podSelector": {"matchLabels": {c.LABEL_JOB: job.name}}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": KIND,
+        "metadata": job_object_meta(job),
+        "spec": {
+            "podSelector": {"matchLabels": {c.LABEL_JOB: job.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [own]}, *(dict(rule) for rule in job.network_allow)],
+        },
+    }

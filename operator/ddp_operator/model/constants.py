@@ -1,0 +1,158 @@
+"""Names shared by the CRD, the builders, the handlers and the CLI."""
+
+from __future__ import annotations
+
+GROUP = "ddp-operator.io"
+VERSION = "v1alpha1"
+KIND = "DDPJob"
+PLURAL = "ddpjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Labels on every object the operator creates.
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_INDEX = f"{GROUP}/worker-index"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "ddp-operator"
+
+# Prefix for kopf's own bookkeeping (finalizer, progress and diff-base annotations).
+FINALIZER = f"{GROUP}/finalizer"
+
+TRAINER_CONTAINER = "trainer"
+WORKER_ROLE = "worker"
+SHM_VOLUME = "ddp-shm"
+SHM_PATH = "/dev/shm"
+
+DEFAULT_MASTER_PORT = 29500
+DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_HCCL_BASE_PORT = 60000
+HCCL_PORT_COUNT = 32  # newer CANN releases use 32 ports from HCCL_IF_BASE_PORT; older ones 16
+
+# Accelerator resources: the backend each implies, and whether it is an Ascend NPU.
+NVIDIA_GPU = "nvidia.com/gpu"
+ASCEND_PREFIX = "huawei.com/Ascend"
+ASCEND_910 = "huawei.com/Ascend910"
+ASCEND_910_PER_NODE = (1, 2, 4, 8)
+
+BACKEND_NCCL = "nccl"
+BACKEND_HCCL = "hccl"
+BACKEND_GLOO = "gloo"
+
+# The env contract: names the operator sets on the trainer container. A user env entry with one
+# of these names is refused by the CRD (CEL), so the operator's values always win.
+ENV_BACKEND = "DDP_BACKEND"
+ENV_JOB_NAME = "DDP_JOB_NAME"
+ENV_ATTEMPT = "DDP_ATTEMPT"
+RESERVED_ENV = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NNODES",
+    "NODE_RANK",
+    "NPROC_PER_NODE",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_RDZV_BACKEND",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "PET_RDZV_CONF",
+    ENV_BACKEND,
+    ENV_JOB_NAME,
+    ENV_ATTEMPT,
+    "MA_NUM_HOSTS",
+    "MA_NUM_GPUS",
+    "MA_TASK_NAME",
+    "MA_VJ_NAME",
+    "VC_TASK_INDEX",
+    "VC_WORKER_NUM",
+    "VC_WORKER_HOSTS",
+    "HCCL_IF_BASE_PORT",
+)
+
+# A worker whose node stops answering is evicted this long after the node is marked unreachable
+# or not ready (NoExecute taints; Kubernetes' default is 300 s); the group then restarts
+# elsewhere. A template that tolerates these taints itself keeps its own values.
+NODE_LOST_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+NODE_LOST_GRACE_SECONDS = 30
+
+# Gang schedulers (spec.gangScheduling.scheduler) and the scheduler names their pods go to by
+# default (spec.schedulerName overrides): Kubernetes' own scheduler, scheduler-plugins' as a
+# second scheduler (its manifests' name), Volcano's.
+GANG_KUBERNETES = "Kubernetes"
+GANG_COSCHEDULING = "Coscheduling"
+GANG_VOLCANO = "Volcano"
+# How a pod names its group for scheduler-plugins (label) and Volcano (annotation).
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+GANG_SCHEDULER_NAMES = {
+    GANG_KUBERNETES: None,
+    GANG_COSCHEDULING: "scheduler-plugins-scheduler",
+    GANG_VOLCANO: "volcano",
+}
+
+# Kueue's plain-pod group integration: a DDPJob labelled with a LocalQueue runs its workers as
+# one pod group that Kueue admits (ungates) whole, evicts whole, and ends when a member says so.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"  # set by Kueue's webhook on pods it manages
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # and its finalizer on them
+KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue lifts on admission
+KUEUE_QUOTA_RESERVED = "QuotaReserved"  # the Workload condition saying why it waits
+KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta2", "workloads")
+KUEUE_STOPPED_CONDITION = "TerminationTarget"  # the pod condition Kueue sets before deleting
+
+# The phases that are final, of a worker pod and of a DDPJob alike.
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+# Condition types written to status.conditions.
+COND_CREATED = "Created"
+COND_RUNNING = "Running"
+COND_RESTARTING = "Restarting"
+COND_SUCCEEDED = "Succeeded"
+COND_FAILED = "Failed"
+COND_SUSPENDED = "Suspended"
+COND_UNSCHEDULABLE = "Unschedulable"
+COND_NOT_STARTING = "ContainersNotStarting"
+COND_BLOCKED = "Blocked"
+COND_GANG = "GangScheduled"
+COND_QUEUED = "Queued"
+COND_ADMITTED = "Admitted"
+COND_IN_PLACE = "InPlaceRestart"  # False (with why) where the cluster refuses in-place pods
+
+# Restart strategies (spec.restartStrategy): a failed group restarts in place (the kubelet
+# restarts every container of every worker pod: Kubernetes 1.35+ RestartAllContainers) or is
+# deleted and created again.
+RESTART_IN_PLACE = "InPlace"
+RESTART_RECREATE = "Recreate"
+# What an in-place worker pod carries: its attempt as an annotation (DDP_ATTEMPT is taken from it
+# at each start) and a watch container that exits RESTART_EXIT_CODE (its rule:
+# RestartAllContainers) once the pod's attempt moves on, or 0 once the job has finished.
+ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
+FINISHED_ANNOTATION = f"{GROUP}/finished"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+WATCH_CONTAINER = "ddp-attempt-watch"
+ATTEMPT_VOLUME = "ddp-attempt"
+RESTART_EXIT_CODE = 86
+IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the feature gate a node declares
+# The kubelet begins an in-place restart within seconds (measured: 1-3 s); one that has not begun
+# this long after the operator asked for it is not coming (a kubelet without the feature).
+IN_PLACE_TIMEOUT_SECONDS = 60
+# torchrun's restarts of its workers (PET_MAX_RESTARTS) in an elastic job, unless the template
+# sets it: each lost or removed node costs every agent one; past them, the group restarts.
+ELASTIC_MAX_RESTARTS = 3
+
+# Success and clean-up policies.
+SUCCESS_ALL_WORKERS = "AllWorkers"
+SUCCESS_WORKER0 = "Worker0"
+CLEAN_RUNNING = "Running"
+CLEAN_ALL = "All"
+CLEAN_NONE = "None"
