@@ -44,7 +44,11 @@ site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib
 for cmd in "$deps"/bin/*; do
   name="${cmd##*/}"
   case "$name" in python* | pip* | activate* | Activate*) continue ;; esac
-  [[ -e ".venv/bin/$name" && ! -L ".venv/bin/$name" && "$name" != pytest ]] && continue
+  # The venv's own commands stay; wrappers made for an earlier dependency environment are renewed.
+  if [[ -e ".venv/bin/$name" && ! -L ".venv/bin/$name" && "$name" != pytest ]] &&
+    ! grep -q "/venv-deps-" ".venv/bin/$name"; then
+    continue
+  fi
   if head -c 2 "$cmd" | grep -q '#!'; then
     rm -f ".venv/bin/$name"
     # shellcheck disable=SC2016 # expanded when the wrapper runs
