@@ -99,10 +99,9 @@ def render(crd: dict[str, Any]) -> tuple[str, list[str]]:
     for part in ("spec", "status"):
         schema = root["properties"][part]
         lines += ["", f"## {part}", ""]
-        if rules := _checks(
-            {"x-kubernetes-validations": schema.get("x-kubernetes-validations", [])}
-        ):
-            lines += [f"Rules across `{part}`: {rules}", ""]
+        if rules := schema.get("x-kubernetes-validations"):
+            lines += [f"Rules across `{part}`:", ""]
+            lines += [f"- {_cell(r['message'])}" for r in rules] + [""]
         lines += ["| field | type | default | description | validation |", "|---|---|---|---|---|"]
         for path, sub in fields(schema, part):
             if "description" not in sub:
