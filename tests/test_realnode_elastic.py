@@ -21,9 +21,9 @@ from harness.realnode import kubectl_ddp, trainer_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
 
-# The trainer image's torch (2.5.1) closes the rendezvous for every node when one agent gets
-# SIGTERM (pytorch#150916, fixed in 2.8 by pytorch#152525): a deleted pod would end them all.
-# These pods run the test runner's own torch (2.15), mounted read-only from this host.
+# A torch before 2.8 closes the rendezvous for every node when one agent gets SIGTERM
+# (pytorch#150916, fixed by pytorch#152525): a deleted pod would end them all. These pods run the
+# test runner's own torch, mounted read-only from this host, whatever the image was built with.
 SITE = Path(torch.__file__).parents[1]
 
 # Every process: one line per rendezvous round (its world and torchrun's restart count), then

@@ -8,6 +8,8 @@ import shlex
 import socket
 import subprocess
 import sys
+import tomllib
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,16 @@ def test_trainer_helper_needs_only_the_standard_library() -> None:
     helper = ROOT / "operator" / "ddp_operator" / "commands" / "ddp_wait.py"
     imports = re.findall(r"^(?:from|import) (\S+)", helper.read_text(), re.M)
     assert all(m.split(".")[0] in sys.stdlib_module_names or m == "__future__" for m in imports)
+
+
+def test_the_image_default_torch_is_the_one_the_tests_run() -> None:
+    """The Dockerfile's TORCH_VERSION is the trainer extra's pinned torch (what these tests run)."""
+    pinned = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    torch_pin = next(r for r in pinned["optional-dependencies"]["trainer"] if r.startswith("torch"))
+    args = dict(
+        rest.split("=", 1)
+        for op, rest in dockerfile_instructions(DOCKERFILE)
+        if op == "ARG" and "=" in rest
+    )
+    assert torch_pin == f"torch=={args['TORCH_VERSION']}"
+    assert version("torch").split("+")[0] == args["TORCH_VERSION"]

@@ -3,8 +3,8 @@ worker 2's pod (deleted, as a lost node's would be); the time from the deletion 
 process of the next world of 3 past ``init_process_group``: an elastic job (minNodes 2, maxNodes
 3) replaces worker 2 alone while the others' agents re-rendezvous, a fixed one restarts its group
 (a deleted pod cannot restart in place: the group is recreated). The processes write their own
-clock readings to a host folder; the pods run this host's torch (the trainer image's 2.5.1
-closes an elastic rendezvous on an agent's SIGTERM: see tests/test_realnode_elastic.py)."""
+clock readings to a host folder; the pods run this host's torch (a torch before 2.8 closes an
+elastic rendezvous on an agent's SIGTERM: see tests/test_realnode_elastic.py)."""
 
 from __future__ import annotations
 
