@@ -36,6 +36,7 @@ def worker(
     trainer: dict[str, Any] | None = None,
     last: dict[str, Any] | None = None,
     phase: str = "Running",
+    watch_state: dict[str, Any] | None = None,
 ):
     """An in-place worker pod created in attempt ``created``, given ``told``, as its kubelet
     reports it: restart counts of its trainer and watch, the trainer's state."""
@@ -54,7 +55,7 @@ def worker(
     watch_status = {
         "name": "ddp-attempt-watch",
         "restartCount": restarts if watch is None else watch,
-        "state": {"running": {}},
+        "state": watch_state or {"running": {}},
     }
     manifest["status"] = {"phase": phase, "containerStatuses": [trainer_status, watch_status]}
     return observe(manifest)
@@ -78,7 +79,14 @@ def test_a_pod_killed_for_a_restart_it_was_told_of_has_not_failed() -> None:
     assert not pod.failed_in_place and inplace.behind(pod, 1)
     again = worker(0, told=1, restarts=1, last={"exitCode": 137})
     assert not again.failed_in_place and not inplace.behind(again, 1)
-    assert worker(0, told=1, restarts=2).failed_in_place  # restarted beyond what it was told
+    # Restarted once more than told (the kubelet started it with a stale DDP_ATTEMPT): no
+    # failure, and its end in that run is its attempt's end.
+    extra = worker(0, told=1, restarts=2)
+    assert not extra.failed_in_place and not inplace.behind(extra, 1)
+    assert worker(0, told=1, restarts=2, trainer=exited(0)).phase == "Succeeded"
+    # A trainer that ended while its watch is not running (the pod restarting) is not taken yet.
+    restarting = worker(0, told=1, restarts=1, trainer=exited(3), watch_state=exited(86))
+    assert not restarting.failed_in_place and restarting.phase == "Running"
 
 
 def test_a_group_with_a_failed_trainer_is_given_the_next_attempt_in_place() -> None:

@@ -9,7 +9,12 @@ volumes. The operator needs no credentials in the pod and no exec to use it:
   ``DDP_ATTEMPT`` is taken from it (``fieldRef``: resolved at each start of a container);
 * a second container (``ddp-attempt-watch``) reads the annotation through a downward-API volume
   and exits 86 once it differs from the attempt the container started with: its rule restarts
-  every container of the pod, the trainer with the new ``DDP_ATTEMPT``;
+  every container of the pod, the trainer with the new ``DDP_ATTEMPT``. It waits ``SETTLE``
+  seconds before it exits: the kubelet resolves ``fieldRef`` from the pod its pod worker holds,
+  which may still be the one from before the annotation moved (a sync that began before the
+  change and waited for the next status: at most one PLEG relist, 1 s). Restarted that way, a
+  pod ran the old ``DDP_ATTEMPT`` and restarted once more (seen on the real node when a worker
+  failed within a second of its start);
 * it is a regular container, not a sidecar, so a trainer that ended leaves the pod running, its
   exit code on record: nothing restarts until the operator gives the pod its next attempt (a
   failed attempt never runs again), and a worker that finished can still be restarted with its
@@ -29,11 +34,12 @@ from ..model import constants as c
 Manifest = dict[str, Any]
 
 ATTEMPT_DIR = "/ddp-attempt"  # the downward-API volume: the pod's two annotations
+SETTLE = 1.5  # seconds from seeing the next attempt to exiting for it (see above)
 # TERM ends it at once (sh as PID 1 would ignore it); an annotation not set reads as empty.
 WATCH_SCRIPT = f"""trap 'exit 0' TERM
 while :; do
   read -r now < {ATTEMPT_DIR}/attempt
-  [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
+  [ "$now" = "${c.ENV_ATTEMPT}" ] || {{ sleep {SETTLE}; exit {c.RESTART_EXIT_CODE}; }}
   [ -s {ATTEMPT_DIR}/finished ] && exit 0
   sleep 0.2
 done

@@ -201,11 +201,12 @@ def _in_place(
         "watching": watching,
         "trainer_running": "running" in (cs.get("state") or {}),
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
-        # Restarted more often than it was told to: a restart nobody asked for.
-        "failed_in_place": watching and restarted > due,
     }
+    # This attempt's trainer ended while the watch runs: the pod is to end. More restarts than
+    # attempts given are the kubelet's with a stale DDP_ATTEMPT (``inplace_pod.SETTLE``), each
+    # followed by one more: the last run counts, not a failure.
     live = status.get("phase") not in ("Succeeded", "Failed")
-    if live and ended and restarted == due:  # this attempt's trainer ended; the pod is to end
+    if live and ended and restarted >= due and watching:
         code = int(ended.get("exitCode") or 0)
         found.update(
             phase="Failed" if code else "Succeeded",
