@@ -16,6 +16,7 @@ from ddp_operator.decide import inplace, reconcile
 from ddp_operator.decide.conditions import condition, format_time
 from ddp_operator.decide.memory import Memory
 from ddp_operator.manifests import builders
+from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import resolve
 from ddp_operator.model.workers import observe
 
@@ -37,12 +38,15 @@ def worker(
     last: dict[str, Any] | None = None,
     phase: str = "Running",
     watch_state: dict[str, Any] | None = None,
+    finished: bool = False,
 ):
     """An in-place worker pod created in attempt ``created``, given ``told``, as its kubelet
     reports it: restart counts of its trainer and watch, the trainer's state."""
     manifest = builders.build_worker_pod(JOB, index, created, in_place=True)
     manifest = copy.deepcopy(manifest)
     manifest["metadata"]["annotations"]["ddp-operator.io/attempt"] = str(told)
+    if finished:
+        manifest["metadata"]["annotations"][c.FINISHED_ANNOTATION] = "true"
     manifest["metadata"]["uid"] = f"uid-{index}"
     manifest["spec"]["nodeName"] = "n1"
     trainer_status = {
@@ -87,6 +91,10 @@ def test_a_pod_killed_for_a_restart_it_was_told_of_has_not_failed() -> None:
     # A trainer that ended while its watch is not running (the pod restarting) is not taken yet.
     restarting = worker(0, told=1, restarts=1, trainer=exited(3), watch_state=exited(86))
     assert not restarting.failed_in_place and restarting.phase == "Running"
+    # Told that the job finished, its watch ends: the trainer's end still counts.
+    ended_watch = {"terminated": {"exitCode": 0}}
+    ending = worker(0, trainer=exited(0), watch_state=ended_watch, finished=True)
+    assert ending.finishing and ending.phase == "Succeeded"
 
 
 def test_a_group_with_a_failed_trainer_is_given_the_next_attempt_in_place() -> None:
