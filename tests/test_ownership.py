@@ -104,25 +104,21 @@ def test_a_recreated_job_never_counts_orphaned_pods(cluster: Cluster, namespace:
     for w in workers(cluster, namespace, "again"):
         pods.delete(cluster, namespace, w["metadata"]["name"])
     cond = blocked(cluster, namespace, "again", "NameConflict")
-    wait_for(
-        lambda: (
-            "Service again"
-            in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
-        ),
-        what="the orphaned Service named",
-    )
-    assert workers(cluster, namespace, "again") == []
-    cluster.core.delete_namespaced_service("again", namespace)
-    # Nor is the orphaned NetworkPolicy.
-    wait_for(
-        lambda: (
-            "NetworkPolicy again"
-            in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
-        ),
-        what="the orphaned NetworkPolicy named",
-    )
-    assert workers(cluster, namespace, "again") == []
-    client.NetworkingV1Api(cluster.api).delete_namespaced_network_policy("again", namespace)
+    # Nor is the orphaned NetworkPolicy: each is named in turn, and nothing runs until it is gone.
+    networking = client.NetworkingV1Api(cluster.api)
+    for kind, delete in (
+        ("Service", cluster.core.delete_namespaced_service),
+        ("NetworkPolicy", networking.delete_namespaced_network_policy),
+    ):
+        wait_for(
+            lambda kind=kind: (
+                f"{kind} again"
+                in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
+            ),
+            what=f"the orphaned {kind} named",
+        )
+        assert workers(cluster, namespace, "again") == []
+        delete("again", namespace)
     ws = wait_running(cluster, namespace, "again", 2)
     assert owners(cluster, namespace, "again") == {job["metadata"]["uid"]}
     for w in ws:
