@@ -28,14 +28,14 @@ def isolated(job: JobSpec, default: bool) -> bool:
 def build_network_policy(job: JobSpec) -> dict[str, Any]:
     """NetworkPolicy ``<job>``: ingress to the job's pods from its own pods (any port) and from
     what ``spec.network.allow`` lists."""
-    own = {"podSelector": {"matchLabels": {c.LABEL_JOB: job.name}}}
+    pods = {"matchLabels": {c.LABEL_JOB: job.name}}  # the job's pods, as its Service selects
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": KIND,
         "metadata": job_object_meta(job),
         "spec": {
-            "podSelector": {"matchLabels": {c.LABEL_JOB: job.name}},
+            "podSelector": pods,
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [own]}, *(dict(rule) for rule in job.network_allow)],
+            "ingress": [{"from": [{"podSelector": pods}]}, *map(dict, job.network_allow)],
         },
     }
