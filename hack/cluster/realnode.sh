@@ -78,11 +78,16 @@ write_configs() {
 }
 
 # The bridge with its gateway address before the first pod (the CNI bridge plugin finds it and
-# keeps it), for CoreDNS and the API forwarder to listen on.
+# keeps it), for CoreDNS and the API forwarder to listen on. Its MAC address is set, so that it
+# never changes: a bridge without one takes the lowest of its ports', so a pod coming or going
+# changed it, and the pods' ARP entries for the gateway went on naming the old one; their packets
+# to CoreDNS were lost until those entries expired (5 to 10 s; seen as a torch TCPStore server
+# blocked for 10 s on a reverse lookup of a new client).
 make_bridge() {
   if ! ip link show "$bridge" >/dev/null 2>&1; then
-    ip link add "$bridge" type bridge
+    ip link add "$bridge" address "$bridge_mac" type bridge
   fi
+  ip link set "$bridge" address "$bridge_mac"
   if ! ip -4 addr show dev "$bridge" | grep -qF " $gateway/"; then
     ip addr add "$gateway/${subnet#*/}" dev "$bridge"
   fi

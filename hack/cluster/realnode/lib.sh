@@ -9,6 +9,7 @@ kubeconfig="$state/kubeconfig"
 cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
 node=real-node-0
 bridge=ddp0
+bridge_mac=02:64:64:70:00:01  # locally administered: ours, fixed (realnode.sh make_bridge)
 subnet=198.18.0.0/24
 gateway=198.18.0.1
 service_cidr=10.0.0.0/24
