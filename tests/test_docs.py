@@ -28,8 +28,8 @@ NOT_REASONS = {
     "FallbackToLogsOnError", "RestartAllContainers", "PodScheduled", "Terminating", "Exists",
     "Background",
     # kinds, and the vocabulary of Events, conditions and HTTP
-    "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "Ingress", "Warning",
-    "Normal", "True", "False", "BearerToken", "Accept",
+    "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "ConfigMap", "Ingress",
+    "Warning", "Normal", "True", "False", "BearerToken", "Accept",
 }
 # fmt: on
 WORD = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$|^[A-Z][a-z]+$")

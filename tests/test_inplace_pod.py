@@ -19,17 +19,25 @@ def pod(attempt: int = 2, **spec):
     return builders.build_worker_pod(resolve(ddpjob("j", "ns", nodes=2, **spec)), 1, attempt, True)
 
 
-def test_the_attempt_is_an_annotation_and_ddp_attempt_comes_from_it() -> None:
+def test_the_attempt_is_an_annotation_and_ddp_attempt_comes_from_the_jobs_configmap() -> None:
     p = pod()
     assert p["metadata"]["annotations"]["ddp-operator.io/attempt"] == "2"
     assert p["metadata"]["labels"]["ddp-operator.io/attempt"] == "2"
     env = {e["name"]: e for e in p["spec"]["containers"][0]["env"]}
-    path = "metadata.annotations['ddp-operator.io/attempt']"
     assert env["DDP_ATTEMPT"] == {
         "name": "DDP_ATTEMPT",
-        "valueFrom": {"fieldRef": {"fieldPath": path}},
+        "valueFrom": {"configMapKeyRef": {"name": "j", "key": "DDP_ATTEMPT"}},
     }
     assert env["NODE_RANK"]["value"] == "1"  # the rest of the contract is unchanged
+
+
+def test_the_jobs_configmap_says_the_attempt_and_is_the_jobs() -> None:
+    job = resolve(ddpjob("j", "ns", nodes=2))
+    cm = inplace_pod.attempt_configmap(builders.job_object_meta(job), 3)
+    assert cm["kind"] == "ConfigMap" and cm["data"] == {"DDP_ATTEMPT": "3"}
+    assert cm["metadata"]["name"] == "j" and cm["metadata"]["namespace"] == "ns"
+    (owner,) = cm["metadata"]["ownerReferences"]
+    assert owner["kind"] == "DDPJob" and owner["controller"] is True
 
 
 def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
@@ -42,7 +50,7 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     assert watch["restartPolicyRules"] == [
         {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [86]}}
     ]
-    assert watch["image"] == trainer["image"] and watch["env"] == [inplace_pod.attempt_env()]
+    assert watch["image"] == trainer["image"] and watch["env"] == [inplace_pod.attempt_env("j")]
     assert watch["resources"]["requests"] == watch["resources"]["limits"]
     sc = watch["securityContext"]
     assert sc["runAsNonRoot"] and sc["runAsUser"] > 0 and not sc["allowPrivilegeEscalation"]

@@ -104,10 +104,12 @@ def test_a_recreated_job_never_counts_orphaned_pods(cluster: Cluster, namespace:
     for w in workers(cluster, namespace, "again"):
         pods.delete(cluster, namespace, w["metadata"]["name"])
     cond = blocked(cluster, namespace, "again", "NameConflict")
-    # Nor is the orphaned NetworkPolicy: each is named in turn, and nothing runs until it is gone.
+    # Nor are the orphaned ConfigMap (in-place pods take DDP_ATTEMPT from it) and NetworkPolicy:
+    # each is named in turn, and nothing runs until it is gone.
     networking = client.NetworkingV1Api(cluster.api)
     for kind, delete in (
         ("Service", cluster.core.delete_namespaced_service),
+        ("ConfigMap", cluster.core.delete_namespaced_config_map),
         ("NetworkPolicy", networking.delete_namespaced_network_policy),
     ):
         wait_for(

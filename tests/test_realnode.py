@@ -115,8 +115,10 @@ def test_the_bridge_keeps_its_address_while_pods_come_and_go(
         wait_pod_done(cluster, namespace, pod)
         cluster.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
         wait_for(
-            lambda p=pod: not any(
-                x.metadata.name == p for x in cluster.core.list_namespaced_pod(namespace).items
+            lambda p=pod: (
+                not any(
+                    x.metadata.name == p for x in cluster.core.list_namespaced_pod(namespace).items
+                )
             ),
             timeout=60,
             what=f"{pod} gone",

@@ -1,4 +1,5 @@
-"""The objects a job needs under its names (its Service, its gang's group objects, its pods):
+"""The objects a job needs under its names (its Service, its gang's group objects, its
+NetworkPolicy, the ConfigMap its in-place pods take their attempt from, its pods):
 created when missing, and, when one exists already, checked to be the job's (its controller's
 UID), never reused otherwise.
 
@@ -23,6 +24,7 @@ from ..decide.failures import (
     refuses_in_place,
 )
 from ..manifests import builders, gang, inplace_pod, netpol
+from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import controller
 from .steps import all_steps, step
@@ -35,20 +37,29 @@ async def check_owner(
 ) -> bool:
     """Raise NameConflict unless the job is the controller of the existing object; False if it
     is gone meanwhile (the next pass creates it)."""
+    return await owned(kube, job, kind, name, api) is not None
+
+
+async def owned(
+    kube: Kube, job: JobSpec, kind: str, name: str, api: tuple[str, str, str] | None = None
+) -> dict[str, Any] | None:
+    """The existing object's metadata, if the job is its controller (NameConflict if not); None
+    if it is gone meanwhile."""
     meta = await step(f"reading {kind} {name}", kube.read_metadata(kind, job.namespace, name, api))
     if meta is None:
-        return False
+        return None
     uid, owner = controller(meta)
     if uid != job.uid:
         reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
         raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
-    return True
+    return meta
 
 
 async def create_group(
     kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool, policy: bool = False
 ) -> tuple[list[bool], bool]:
-    """Create the gang's objects, the Service, the NetworkPolicy if ``policy``, then ``pods``
+    """Create the gang's objects, the Service, the NetworkPolicy if ``policy``, the ConfigMap if
+    the pods restart in place, then ``pods``
     (all of a new attempt's if ``fresh``: checked first); one that exists already must be the
     job's. Which pods were created (False: the job's exists), and False if an object went
     meanwhile (the next pass creates it)."""
@@ -57,6 +68,9 @@ async def create_group(
     found = await create_gang(kube, job, pods[0])
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
+    if pods and inplace_pod.carried(pods[0]):
+        attempt = int(pods[0]["metadata"]["labels"][c.LABEL_ATTEMPT])
+        found = await give_attempt(kube, job, attempt) and found
     if policy:
         manifest = netpol.build_network_policy(job)
         what = f"creating {netpol.KIND} {job.name}"
@@ -69,6 +83,23 @@ async def create_group(
         if not ok:  # a pod of that name exists: the job's (the watch lags) or someone else's
             found = await check_owner(kube, job, "Pod", pod["metadata"]["name"]) and found
     return created, found
+
+
+async def give_attempt(kube: Kube, job: JobSpec, attempt: int) -> bool:
+    """Have the job's ConfigMap say ``attempt`` (created if missing, changed if it says another),
+    before any in-place pod is created for it or told it: their containers take DDP_ATTEMPT from
+    it as they start. False if it went meanwhile (the next pass creates it)."""
+    what = f"ConfigMap {job.name}"
+    manifest = inplace_pod.attempt_configmap(builders.job_object_meta(job), attempt)
+    for _ in range(2):  # once more if it went between the two calls
+        if await step(f"creating {what}", kube.create_configmap(manifest)):
+            return True
+        meta = await owned(kube, job, "ConfigMap", job.name)
+        if meta is not None:
+            uid, data = str(meta.get("uid")), inplace_pod.attempt_data(attempt)
+            patched = kube.patch_configmap(job.namespace, job.name, uid, data)
+            return await step(f"giving attempt {attempt} to {what}", patched)
+    return False
 
 
 async def check(kube: Kube, pod: Manifest) -> None:

@@ -226,7 +226,11 @@ class JobRunner:
                 )
                 for p, force in removals
             )
-        # After the status that records the attempt (a crash cannot lose it), or the end.
+        # After the status that records the attempt (a crash cannot lose it), or the end; the
+        # attempt in the job's ConfigMap first (``inplace_pod``: where DDP_ATTEMPT comes from).
+        if plan.tell and not await claims.give_attempt(self.kube, job, plan.attempt):
+            self.wake.set()  # gone meanwhile: the next pass creates it, then tells
+            plan.tell = []
         attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
         await all_steps(
             (f"{what} pod {p.name}", self.kube.annotate_pod(job.namespace, p.name, p.uid, marks))

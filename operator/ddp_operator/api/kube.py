@@ -185,6 +185,25 @@ class Kube:
         """Create a Service; False if one of that name exists already."""
         return await self._create("create_service", CORE, manifest, plural="services")
 
+    async def create_configmap(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a ConfigMap; False if one of that name exists already."""
+        return await self._create("create_configmap", CORE, manifest, plural="configmaps")
+
+    async def patch_configmap(
+        self, namespace: str, name: str, uid: str, data: Mapping[str, str]
+    ) -> bool:
+        """Merge ``data`` into exactly this ConfigMap (its UID a precondition); False if it is
+        gone or was replaced."""
+        path = _path(CORE, name, namespace=namespace, plural="configmaps")
+        patch = {"metadata": {"uid": uid}, "data": dict(data)}
+        try:
+            await self._call("patch_configmap", "PATCH", path, patch, MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
+
     async def create_pod(self, manifest: Mapping[str, Any]) -> bool:
         """Create a pod; False if one of that name exists already."""
         return await self._create("create_pod", CORE, manifest, plural="pods")
@@ -221,12 +240,12 @@ class Kube:
     async def read_metadata(
         self, kind: str, namespace: str, name: str, api: tuple[str, str, str] | None = None
     ) -> dict[str, Any] | None:
-        """The metadata of a Service or Pod (or of any object: ``api`` is its group, version and
-        plural) as a dict; None if there is none of that name."""
+        """The metadata of a Service, Pod or ConfigMap (or of any object: ``api`` is its group,
+        version and plural) as a dict; None if there is none of that name."""
         if api is not None:
             obj = await self.read_object(api, namespace, name)
         else:
-            plural = {"Service": "services", "Pod": "pods"}[kind]
+            plural = {"Service": "services", "Pod": "pods", "ConfigMap": "configmaps"}[kind]
             path = _path(CORE, name, namespace=namespace, plural=plural)
             obj = await self._read(f"read_{kind.lower()}", path)
         return None if obj is None else dict(obj.get("metadata") or {})

@@ -288,5 +288,5 @@ def build_worker_pod(
         metadata["annotations"] = annotations
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
     if in_place:
-        make_in_place(pod, at, attempt)
+        make_in_place(pod, at, attempt, job.name)
     return pod

@@ -6,15 +6,17 @@ container exits with a code one of its rules names, keeping the pod, its UID, IP
 volumes. The operator needs no credentials in the pod and no exec to use it:
 
 * the pod's attempt is its annotation ``ddp-operator.io/attempt``, which the operator moves on;
-  ``DDP_ATTEMPT`` is taken from it (``fieldRef``: resolved at each start of a container);
-* a second container (``ddp-attempt-watch``) reads the annotation through a downward-API volume
-  and exits 86 once it differs from the attempt the container started with: its rule restarts
-  every container of the pod, the trainer with the new ``DDP_ATTEMPT``. It waits ``SETTLE``
-  seconds before it exits: the kubelet resolves ``fieldRef`` from the pod its pod worker holds,
-  which may still be the one from before the annotation moved (a sync that began before the
-  change and waited for the next status: at most one PLEG relist, 1 s). Restarted that way, a
-  pod ran the old ``DDP_ATTEMPT`` and restarted once more (seen on the real node when a worker
-  failed within a second of its start);
+  a second container (``ddp-attempt-watch``) reads it through a downward-API volume and exits
+  86 once it differs from the attempt the container started with: its rule restarts every
+  container of the pod;
+* ``DDP_ATTEMPT`` is taken from the job's ConfigMap (``configMapKeyRef``, resolved at each start
+  of a container from the kubelet's watch of it), which the operator moves on before any pod is
+  told. Not from the annotation (``fieldRef``): the kubelet resolves that from the pod its pod
+  worker holds, and a sync that began before the annotation moved, while a remount asked for by
+  an earlier one wrote the new value into the volume, restarted the pod with the old one (seen
+  on the real node: a pod ran the old ``DDP_ATTEMPT``, and restarted once more). Waiting 1.5 s
+  before exiting kept that sync out, at 1.5 s of every restart (twice, where worker 0 goes
+  first);
 * it is a regular container, not a sidecar, so a trainer that ended leaves the pod running, its
   exit code on record: nothing restarts until the operator gives the pod its next attempt (a
   failed attempt never runs again), and a worker that finished can still be restarted with its
@@ -34,12 +36,11 @@ from ..model import constants as c
 Manifest = dict[str, Any]
 
 ATTEMPT_DIR = "/ddp-attempt"  # the downward-API volume: the pod's two annotations
-SETTLE = 1.5  # seconds from seeing the next attempt to exiting for it (see above)
 # TERM ends it at once (sh as PID 1 would ignore it); an annotation not set reads as empty.
 WATCH_SCRIPT = f"""trap 'exit 0' TERM
 while :; do
   read -r now < {ATTEMPT_DIR}/attempt
-  [ "$now" = "${c.ENV_ATTEMPT}" ] || {{ sleep {SETTLE}; exit {c.RESTART_EXIT_CODE}; }}
+  [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
   [ -s {ATTEMPT_DIR}/finished ] && exit 0
   sleep 0.2
 done
@@ -63,19 +64,36 @@ def _annotation(key: str) -> Manifest:
     return {"fieldPath": f"metadata.annotations['{key}']"}
 
 
-def attempt_env() -> Manifest:
-    """``DDP_ATTEMPT`` from the pod's own annotation: resolved each time a container starts."""
-    return {"name": c.ENV_ATTEMPT, "valueFrom": {"fieldRef": _annotation(c.ATTEMPT_ANNOTATION)}}
+def attempt_env(configmap: str) -> Manifest:
+    """``DDP_ATTEMPT`` from the job's ConfigMap: resolved each time a container starts."""
+    ref = {"name": configmap, "key": c.ENV_ATTEMPT}
+    return {"name": c.ENV_ATTEMPT, "valueFrom": {"configMapKeyRef": ref}}
 
 
-def watch_container(trainer: Manifest) -> Manifest:
+def attempt_configmap(meta: Manifest, attempt: int) -> Manifest:
+    """The job's ConfigMap (``meta``: the job's owned-object metadata, named after the job),
+    saying the attempt its in-place pods run."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": attempt_data(attempt),
+    }
+
+
+def attempt_data(attempt: int) -> dict[str, str]:
+    """What the job's ConfigMap holds for ``attempt``."""
+    return {c.ENV_ATTEMPT: str(attempt)}
+
+
+def watch_container(trainer: Manifest, configmap: str) -> Manifest:
     """The container whose exit 86 restarts the pod in place."""
     return {
         "name": c.WATCH_CONTAINER,
         "image": trainer.get("image"),
         "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
         "command": ["/bin/sh", "-c", WATCH_SCRIPT],
-        "env": [attempt_env()],
+        "env": [attempt_env(configmap)],
         "resources": RESOURCES,
         "securityContext": SECURITY,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -99,17 +117,19 @@ def carried(pod: Manifest) -> bool:
     return False
 
 
-def make_in_place(pod: Manifest, trainer_at: int, attempt: int) -> None:
-    """Add to a worker pod (``trainer_at``: its trainer's index) what in-place restarts need."""
+def make_in_place(pod: Manifest, trainer_at: int, attempt: int, configmap: str) -> None:
+    """Add to a worker pod (``trainer_at``: its trainer's index) what in-place restarts need;
+    ``configmap``: the job's, which says the attempt."""
     meta, spec = pod["metadata"], pod["spec"]
     trainer = spec["containers"][trainer_at]
     annotations = meta.setdefault("annotations", {})
     annotations[c.ATTEMPT_ANNOTATION] = str(attempt)
     annotations.setdefault(c.DEFAULT_CONTAINER_ANNOTATION, trainer["name"])  # kubectl logs
     trainer["env"] = [
-        attempt_env() if e.get("name") == c.ENV_ATTEMPT else e for e in trainer.get("env") or []
+        attempt_env(configmap) if e.get("name") == c.ENV_ATTEMPT else e
+        for e in trainer.get("env") or []
     ]
-    spec["containers"].append(watch_container(trainer))
+    spec["containers"].append(watch_container(trainer, configmap))
     items = [
         {"path": "attempt", "fieldRef": _annotation(c.ATTEMPT_ANNOTATION)},
         {"path": "finished", "fieldRef": _annotation(c.FINISHED_ANNOTATION)},

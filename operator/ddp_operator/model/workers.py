@@ -203,8 +203,8 @@ def _in_place(
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
     }
     # This attempt's trainer ended while the watch runs (or ends, told that the job finished):
-    # the pod is to end. More restarts than attempts given are the kubelet's with a stale
-    # DDP_ATTEMPT (``inplace_pod.SETTLE``), each followed by one more: the last run counts.
+    # the pod is to end. More restarts than attempts given are the kubelet's (a watch that
+    # started before its pod was told, or killed: ``inplace_pod``): the last run counts.
     live = status.get("phase") not in ("Succeeded", "Failed")
     if live and ended and restarted >= due and (watching or found["finishing"]):
         code = int(ended.get("exitCode") or 0)
