@@ -27,6 +27,8 @@ NOT_REASONS = {
     "None", "Never", "Memory", "In", "NoExecute", "IfNotPresent", "OnFailure", "RuntimeDefault",
     "FallbackToLogsOnError", "RestartAllContainers", "PodScheduled", "Terminating", "Exists",
     "Background",
+    # the kubelet's words for a container it cannot start (read, never set)
+    "StartError", "RunContainerError",
     # kinds, and the vocabulary of Events, conditions and HTTP
     "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "ConfigMap", "Ingress",
     "Warning", "Normal", "True", "False", "BearerToken", "Accept",

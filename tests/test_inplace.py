@@ -275,3 +275,29 @@ def test_a_finished_job_lets_its_in_place_pods_end_once() -> None:
     # The failed worker is kept (its end on record), the running one deleted (cleanPodPolicy).
     assert [p.name for p in last.delete] == ["j-worker-0"]
     assert [p.name for p in last.finish_pods] == ["j-worker-1"]
+
+
+def test_pods_whose_watch_cannot_start_are_built_again_plain_and_nothing_failed() -> None:
+    """A trainer image without /bin/sh (distroless): the watch never starts (the runtime's
+    StartError, then RunContainerError while it backs off); the job falls back to Recreate."""
+    message = 'exec: "/bin/sh": stat /bin/sh: no such file or directory'
+    backing_off = {"waiting": {"reason": "RunContainerError", "message": message}}
+    pods = [worker(0, watch_state=backing_off), worker(1, watch_state=backing_off)]
+    assert pods[0].watch_broken == message and not pods[0].watching
+    failed_start = {"terminated": {"reason": "StartError", "exitCode": 128, "message": message}}
+    assert worker(1, watch_state=failed_start).watch_broken == message
+    assert worker(1).watch_broken is None and inplace.unstartable([worker(1)]) is None
+    memory = Memory()
+    step(memory, [worker(0), worker(1)])  # seen running first: the trainers did start
+    plan = step(memory, pods)
+    cond = condition(plan.status["conditions"], "InPlaceRestart")
+    assert cond["status"] == "False" and cond["reason"] == "InPlaceWatchCannotStart", cond
+    assert "j-worker-0: container ddp-attempt-watch cannot start" in cond["message"], cond
+    assert message in cond["message"] and "/bin/sh from the trainer's image" in cond["message"]
+    assert [p.name for p in plan.delete] == ["j-worker-0", "j-worker-1"] and not plan.create
+    assert plan.attempt == 0 and "InPlaceWatchCannotStart" in [e.reason for e in plan.events]
+    for pod in pods:
+        memory.gone(pod, "job-uid")
+    plan = step(memory, [])
+    assert plan.create == [0, 1] and not plan.in_place and plan.attempt == 0
+    assert memory.status["phase"] != "Failed" and memory.status["restarts"] == 0

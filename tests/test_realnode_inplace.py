@@ -14,7 +14,8 @@ from test_realnode_jobs import assert_all_ranks
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import kubectl_ddp, trainer_job
+from harness.realnode import NODE, for_real_node, kubectl_ddp, trainer_job
+from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
 
@@ -137,3 +138,55 @@ def test_in_place_pods_run_in_a_restricted_namespace(
     assert [_trainer(p)["restartCount"] for p in pods] == [1, 1], pods
     logs = kubectl_ddp(cluster, "logs", "strict", "-n", namespace)
     assert logs.count("ran 1") == 2, logs
+
+
+def test_a_trainer_image_without_a_shell_falls_back_to_recreate_saying_why(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """The watch runs /bin/sh from the trainer's image: in one without a shell (the node's pause
+    image stands in for a distroless trainer) it cannot start. The job says so, builds its
+    workers again without it in the same attempt (no restart counted), and recreates the group
+    on a failure."""
+    node = cluster.core.read_node(NODE)
+    pause = next(n for i in node.status.images for n in i.names if "/pause:" in n)
+    job = for_real_node(ddpjob("noshell", namespace, nodes=2, backoffLimit=1), pause)
+    job["spec"]["template"]["spec"]["containers"][0] |= {
+        "command": ["/pause"],
+        "imagePullPolicy": "Never",
+    }
+    jobs.apply(cluster, job)
+    found = jobs.wait_condition(cluster, namespace, "noshell", "InPlaceRestart", status="False")
+    cond = jobs.condition(found, "InPlaceRestart")
+    assert cond["reason"] == "InPlaceWatchCannotStart", cond
+    assert 'exec: "/bin/sh"' in cond["message"] and "trainer's image" in cond["message"], cond
+    plain = wait_for(
+        lambda: (
+            len(ps := _pods(cluster, namespace, "noshell")) == 2
+            and all(
+                [c["name"] for c in p["spec"]["containers"]] == ["trainer"]
+                and p["status"].get("phase") == "Running"
+                for p in ps
+            )
+            and ps
+        ),
+        timeout=120,
+        what="both workers running again without the watch",
+    )
+    assert jobs.get(cluster, namespace, "noshell")["status"]["restarts"] == 0
+    assert jobs.wait_event(cluster, namespace, "noshell", "InPlaceWatchCannotStart")
+    # A failure now goes the Recreate way: new pods, one restart counted.
+    cluster.core.delete_namespaced_pod(plain[1]["metadata"]["name"], namespace)
+    uids = {p["metadata"]["uid"] for p in plain}
+    wait_for(
+        lambda: (
+            len(ps := _pods(cluster, namespace, "noshell")) == 2
+            and not uids & {p["metadata"]["uid"] for p in ps}
+            and all(p["status"].get("phase") == "Running" for p in ps)
+        ),
+        timeout=120,
+        what="the group recreated",
+    )
+    wait_for(
+        lambda: jobs.get(cluster, namespace, "noshell")["status"].get("restarts") == 1,
+        what="one restart counted",
+    )

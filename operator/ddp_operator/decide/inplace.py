@@ -23,18 +23,25 @@ from .conditions import WARNING, Conditions, condition, parse_time
 NO_NODE_DECLARES = "didn't match Pod's required features"
 KUBELET_LACKS = "PodFeatureUnsupported"
 FALLBACK_REASON = "NodesLackInPlaceRestart"
+NO_WATCH_REASON = "InPlaceWatchCannotStart"
 
 
 def belongs(pod: WorkerPod, attempt: int, wanted: bool = True) -> bool:
     """Whether ``pod`` is in the group of ``attempt``: created for it, given it, or to be given
-    it (an in-place pod still alive). An in-place pod that never ran is not, once in-place
-    restarts are no longer ``wanted`` (no node can run it: it is built again without)."""
-    if pod.in_place and not wanted and never_ran(pod):
+    it (an in-place pod still alive). An in-place pod that never ran, or whose watch cannot
+    start, is not, once in-place restarts are no longer ``wanted``: it is built again without."""
+    if rebuilt([pod], wanted):
         return False
     ended = pod.phase in c.FINISHED_PHASES and not pod.watching
     if pod.attempt_now == attempt:  # unless it ended before it restarted for the attempt
         return not (ended and pod.in_place and pod.restarted < pod.restarts_due)
     return pod.in_place and pod.attempt_now < attempt and not ended and not pod.deleting
+
+
+def rebuilt(pods: Iterable[WorkerPod], wanted: bool) -> list[WorkerPod]:
+    """The in-place pods built again without the watch, in the same attempt, now that in-place
+    restarts are no longer ``wanted``: their going is no failure."""
+    return [p for p in pods if p.in_place and not wanted and (never_ran(p) or p.watch_broken)]
 
 
 def to_tell(current: Iterable[WorkerPod], attempt: int) -> list[WorkerPod]:
@@ -84,18 +91,34 @@ def unplaceable(pods: Iterable[WorkerPod]) -> str | None:
     return None
 
 
+def unstartable(pods: Iterable[WorkerPod]) -> str | None:
+    """Why the watch container of the job's in-place pods cannot start, if so: the trainer's
+    image, which it runs, has no ``/bin/sh``."""
+    for pod in sorted(pods, key=lambda p: p.index):
+        if pod.in_place and not pod.deleting and pod.watch_broken:
+            return (
+                f"{pod.name}: container {c.WATCH_CONTAINER} cannot start ({pod.watch_broken}); "
+                "restarting in place runs /bin/sh from the trainer's image"
+            )
+    return None
+
+
 def settle(conds: Conditions, job: JobSpec, pods: Iterable[WorkerPod]) -> bool:
     """Whether new pods of the job are built to restart in place (``wanted``). Where no node
-    can run the in-place pods (``unplaceable``), the job falls back to Recreate for good:
-    InPlaceRestart=False says why, and the pods that never ran are built again without."""
+    can run the in-place pods (``unplaceable``), or their watch cannot start (``unstartable``),
+    the job falls back to Recreate for good: InPlaceRestart=False says why, and those pods are
+    built again without."""
     if not wanted(job, conds.items):
         return False
-    why = unplaceable(pods)
+    pods = list(pods)
+    reason, why = FALLBACK_REASON, unplaceable(pods)
+    if why is None:
+        reason, why = NO_WATCH_REASON, unstartable(pods)
     if why is None:
         return True
     fallback = "the workers are created again, to be recreated on a failure"
-    conds.set(c.COND_IN_PLACE, False, FALLBACK_REASON, f"{why}; {fallback}", WARNING)
-    conds.set(c.COND_CREATED, False, FALLBACK_REASON, fallback)
+    conds.set(c.COND_IN_PLACE, False, reason, f"{why}; {fallback}", WARNING)
+    conds.set(c.COND_CREATED, False, reason, fallback)
     return False
 
 

@@ -156,6 +156,7 @@ def plan(
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
     excused = {*kueue.not_failures(evicted, attempt)}
     excused |= {(worker_name(job, i), attempt) for i in replacing}
+    excused |= {(p.name, attempt) for p in inplace.rebuilt(pods, in_place)}
     # An elastic job's Created counts workers before spec.nodes changed: only those seen vanish.
     created = conds.true(c.COND_CREATED) and not job.scalable
     failed = outcomes.failures(job, current, created, seen, attempt, excused)

@@ -71,6 +71,7 @@ class WorkerPod:
     watching: bool = False  # its watch runs: it can restart in place, whatever its trainer did
     finishing: bool = False  # told that the job has finished: its watch ends
     trainer_running: bool = False
+    watch_broken: str | None = None  # why its watch cannot start (no /bin/sh in the image)
 
     @property
     def attempt_now(self) -> int:
@@ -175,6 +176,19 @@ def _status_of(statuses: Any, name: str | None) -> Mapping[str, Any]:
     return next((s for s in statuses or () if s.get("name") == name), {})
 
 
+def _cannot_start(cs: Mapping[str, Any]) -> str | None:
+    """Why a container cannot be started at all (its command cannot be run: the runtime's
+    StartError, then RunContainerError while it backs off), if so."""
+    state = cs.get("state") or {}
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") == "RunContainerError":
+        return str(waiting.get("message") or waiting["reason"])
+    for term in (state.get("terminated"), (cs.get("lastState") or {}).get("terminated")):
+        if term and term.get("reason") == "StartError":
+            return str(term.get("message") or term["reason"])
+    return None
+
+
 def _in_place(
     meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any], trainer: Any
 ) -> dict[str, Any]:
@@ -201,6 +215,7 @@ def _in_place(
         "watching": watching,
         "trainer_running": "running" in (cs.get("state") or {}),
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
+        "watch_broken": _cannot_start(watch),
     }
     # This attempt's trainer ended while the watch runs (or ends, told that the job finished):
     # the pod is to end. More restarts than attempts given are the kubelet's (a watch that
