@@ -193,11 +193,24 @@ def test_the_node_keeps_its_images_however_full_the_host_disk(
     assert set(images.values()) <= held, (images, held)
 
 
+def kube_chains(saved: str) -> set[tuple[str, str]]:
+    """The (table, chain) pairs of the KUBE-* chains in iptables-save's output."""
+    chains, table = set(), ""
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            table = line[1:]
+        elif line.startswith(":KUBE-") and table in ("filter", "nat", "mangle"):
+            chains.add((table, line[1:].split()[0]))
+    return chains
+
+
 @pytest.mark.last
 def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) -> None:
     """No process, mount, network namespace, bridge, iptables chain or changed kernel setting of
     the node is left behind."""
     saved = (ROOT / ".cluster" / "realnode" / "sysctl.saved").read_text().split()
+    # KUBE-* chains that were on the host before the node came up (another kubelet's) stay.
+    before = (ROOT / ".cluster" / "realnode" / "kube-chains-before").read_text().splitlines()
     realnode("down")
     programs = {
         "containerd",
@@ -225,7 +238,12 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert " ddp0:" not in links and "veth" not in links
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    assert "KUBE-" not in rules and "DDP-NETPOL" not in rules, rules
+    assert "DDP-NETPOL" not in rules, rules
+    assert kube_chains(rules) == {
+        tuple(line.split()[1:]) for line in before if line.startswith("iptables ")
+    }
+    if not before:
+        assert "KUBE-" not in rules, rules
     for line in saved:
         key, value = line.split("=", 1)
         now = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True).stdout

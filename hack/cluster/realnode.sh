@@ -145,7 +145,11 @@ record_host() {
   [[ -d /var/log/containers ]] || touch "$rn/no-var-log-containers"
   [[ -d /var/lib/cni ]] || touch "$rn/no-var-lib-cni"
   [[ -d /var/lib/kubelet ]] || touch "$rn/no-var-lib-kubelet"
-  [[ -z "$(kube_chains)" ]] || touch "$rn/kube-chains-before"
+  kube_chains >"$rn/kube-chains-before"
+  if [[ -s "$rn/kube-chains-before" ]]; then
+    log "KUBE-* chains were here before this node (another kubelet's, or a node not taken down:" \
+      "iptables-save | grep KUBE-); down leaves them"
+  fi
   local k v
   for k in "${sysctls[@]}"; do
     if v="$(sysctl -n "$k" 2>/dev/null)"; then echo "$k=$v"; fi

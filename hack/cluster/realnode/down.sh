@@ -23,18 +23,28 @@ restore_sysctls() {
   rm -f "$rn/sysctl.saved"
 }
 
-# The KUBE-* chains kubelet and kube-proxy made (unless some were there before the first up):
-# the rules of other chains that jump to them, then the chains.
+# The KUBE-* chains kubelet and kube-proxy made, those that were not there before the first up
+# (a host's own kubelet, or a node of another checkout not taken down, keeps its chains): the
+# rules of other chains that jump to them, then the chains.
+our_kube_chains() {
+  if [[ -s "$rn/kube-chains-before" ]]; then
+    kube_chains | grep -vxFf "$rn/kube-chains-before" || true
+  else
+    kube_chains
+  fi
+}
+
 remove_kube_chains() {
-  [[ -e "$rn/kube-chains-before" ]] && return 0
-  local cmd table chain rule
+  local cmd table chain rule ours
+  ours="$(our_kube_chains)"
+  [[ -n "$ours" ]] || return 0
   while read -r cmd table chain; do
     while read -r rule; do
       eval "$cmd -t $table ${rule/#-A/-D}" || true
     done < <("$cmd-save" -t "$table" | grep -E "^-A [^ ]+ .*-j $chain( |\$)" | grep -v '^-A KUBE-')
-  done < <(kube_chains)
-  while read -r cmd table chain; do "$cmd" -t "$table" -F "$chain" || true; done < <(kube_chains)
-  while read -r cmd table chain; do "$cmd" -t "$table" -X "$chain" || true; done < <(kube_chains)
+  done <<<"$ours"
+  while read -r cmd table chain; do "$cmd" -t "$table" -F "$chain" || true; done <<<"$ours"
+  while read -r cmd table chain; do "$cmd" -t "$table" -X "$chain" || true; done <<<"$ours"
 }
 
 # What the kubelet did not stop (it was not running, or pods outlived the wait) goes through ctr:
