@@ -49,6 +49,11 @@ def memory_mb(pid: int) -> tuple[float, float]:
     return kb["VmRSS"] / 1024, kb["VmHWM"] / 1024
 
 
+def reset_peak(pid: int) -> None:
+    """Start a process's peak RSS (VmHWM) over from its present RSS (proc(5), clear_refs 5)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 def control_plane(root: Path = ROOT) -> dict[str, int]:
     """The local cluster's processes of this checkout: role -> pid (empty for another cluster)."""
     found: dict[str, int] = {}

@@ -22,6 +22,38 @@ def median_time(res: dict[str, Any], who: str, scenario: str) -> float:
     return statistics.median(r["seconds"] for r in runs) if runs else NAN
 
 
+def spread(res: dict[str, Any], num: str, den: str, scenario: str) -> tuple[float, float]:
+    """The least and greatest of ``num``'s time over ``den``'s, round by round (the runs of a
+    round are side by side: run i of each); (nan, nan) if either did not run it."""
+    get = lambda who: [r["seconds"] for r in res["runs"].get(who, {}).get(scenario) or []]  # noqa: E731
+    per = [a / b for a, b in zip(get(num), get(den), strict=False)]
+    return (min(per), max(per)) if per else (NAN, NAN)
+
+
+def spreads(res: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """The spread over the rounds of each time ratio of the RESULT line that has one."""
+    pairs = {
+        "s1_ratio_raw": ("ours", "raw", "s1"),
+        "s1_ratio_jobset": ("jobset", "ours", "s1"),
+        "s1_ratio_peer": ("kubeflow", "ours", "s1"),
+        "s2_ratio_raw": ("ours", "raw", "s2"),
+        "s2_ratio_jobset": ("jobset", "ours", "s2"),
+        "s6_ratio_jobset": ("jobset", "ours", "s6"),
+        "s5_ratio_jobset": ("jobset", "ours", "s5"),
+    }
+    return {k: spread(res, *v) for k, v in pairs.items()}
+
+
+def spread_line(res: dict[str, Any]) -> str:
+    """SPREAD k=lo..hi ...: each ratio's least and greatest round, where it has two or more."""
+    parts = [
+        f"{k}={lo:.2f}..{hi:.2f}"
+        for k, (lo, hi) in spreads(res).items()
+        if not math.isnan(lo) and len(res["runs"].get("ours", {}).get(k[:2], [])) > 1
+    ]
+    return "SPREAD " + " ".join(parts)
+
+
 def cpu_per_1000_pods(res: dict[str, Any], who: str, scenario: str) -> float:
     """The median over runs of the controller's and control plane's CPU s per 1000 pods."""
     runs = res["runs"].get(who, {}).get(scenario) or []
@@ -41,6 +73,7 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
     t = lambda who, s: median_time(res, who, s)  # noqa: E731
     s4 = res.get("s4") or {}
     s7 = res.get("s7") or {}
+    peak = res.get("peak_rss_mb", {})
     return {
         "s1_ratio_raw": t("ours", "s1") / t("raw", "s1"),
         "s1_ratio_jobset": t("jobset", "s1") / t("ours", "s1"),
@@ -54,6 +87,12 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
         "s6_ratio_jobset": t("jobset", "s6") / t("ours", "s6"),
         "s7_inplace_speedup": _median(s7.get("Recreate")) / _median(s7.get("InPlace")),
         "s7_elastic_speedup": _median(s7.get("GroupRestart")) / _median(s7.get("ElasticReplace")),
+        # S5 at both sizes (a full run): the lesser, so that a goal met is met at both.
+        "s5_ratio_jobset": min(
+            (t("jobset", s) / t("ours", s) for s in ("s5", "s5l") if not math.isnan(t("ours", s))),
+            default=NAN,
+        ),
+        "rss_ratio_jobset": peak.get("jobset", NAN) / peak.get("ours", NAN),
     }
 
 
@@ -86,10 +125,14 @@ def table(res: dict[str, Any]) -> list[str]:
         "s2": f"S2: {sz['s2_jobs']} jobs x 4 applied together -> all Running "
         "(median of 3; Kubeflow: 1 run)",
         "s5": f"S5: 1 job x {sz['s5_nodes']} workers -> all Running",
+        "s5l": f"S5: 1 job x {sz.get('s5l_nodes')} workers -> all Running",
         "s6": f"S6: 1 of {sz['s6_nodes']} workers fails -> next attempt all Running (median of 3)",
     }
     rows = [head, rule]
+    ran = {s for runs in res["runs"].values() for s in runs}
     for s, title in time_rows.items():
+        if s not in ran:
+            continue
         cells = [_cell(median_time(res, w, s)) for w in CONTENDERS]
         rows.append(f"| {title} | " + " | ".join(cells) + f" | {_versus(res, s)} |")
     s3 = res.get("s3", {})
@@ -102,10 +145,13 @@ def table(res: dict[str, Any]) -> list[str]:
         + " | ".join(cells)
         + f" | p99 {r['s3_p99_ms']:.0f} ms |"
     )
-    for s in ("s1", "s2", "s3", "s6"):
+    for s in ("s1", "s2", "s3", "s5", "s5l", "s6"):
+        if s not in ran:
+            continue
         cells = [_cell(cpu_per_1000_pods(res, w, s), "s", 1) for w in CONTENDERS]
+        name = f"S5 ({sz['s5l_nodes']} workers)" if s == "s5l" else s.upper()
         rows.append(
-            f"| {s.upper()} cost: CPU s per 1000 pods (controller + control plane) | "
+            f"| {name} cost: CPU s per 1000 pods (controller + control plane) | "
             + " | ".join(cells)
             + f" | {_versus(res, s, cost=True)} |"
         )
@@ -114,11 +160,12 @@ def table(res: dict[str, Any]) -> list[str]:
         + " | ".join("-" if math.isnan(v := stolen(res, w)) else f"{v:.0%}" for w in CONTENDERS)
         + " | |"
     )
-    peak = res.get("peak_rss_mb", {})
+    peak, per = res.get("peak_rss_mb", {}), res.get("rss_mb", {})
     rows.append(
-        "| controller's peak RSS over S1-S3, S5, S6 | "
-        + " | ".join(f"{peak[w]:.0f} MB" if w in peak else "-" for w in CONTENDERS)
-        + " | |"
+        "| controller's peak RSS over S1-S3, S5, S6 (per scenario) | "
+        + " | ".join(_rss(peak.get(w), per.get(w) or {}) for w in CONTENDERS)
+        + f" | {_times(peak.get('jobset', NAN) / peak.get('ours', NAN), 'lighter', 'heavier')} "
+        "than JobSet |"
     )
     if asked := res.get("requests", {}).get("ours"):
         rows.append(
@@ -141,16 +188,36 @@ def _versus(res: dict[str, Any], s: str, cost: bool = False) -> str:
     get = cpu_per_1000_pods if cost else median_time
     ours, parts = get(res, "ours", s), []
     if not cost and not math.isnan(raw := get(res, "raw", s)):
-        parts.append(f"ours/raw {ours / raw:.2f}")
+        parts.append(f"ours/raw {ours / raw:.2f}{_range(spread(res, 'ours', 'raw', s))}")
     for peer in ("kubeflow", "jobset"):
         if not math.isnan(theirs := get(res, peer, s)):
             better, worse = ("cheaper", "costlier") if cost else ("faster", "slower")
-            r = theirs / ours
-            word, r = (better, r) if r >= 1 else (worse, 1 / r)
-            # 1.05x, not "1.0x slower": a small gap keeps its sign and size
-            parts.append(f"{r:.2f}x {word}" if r < 1.1 else f"{r:.1f}x {word}")
-            parts[-1] += f" than {TITLES[peer]}"
+            parts.append(f"{_times(theirs / ours, better, worse)} than {TITLES[peer]}")
+            if not cost:
+                parts[-1] += _range(spread(res, peer, "ours", s))
     return "; ".join(parts)
+
+
+def _range(lo_hi: tuple[float, float]) -> str:
+    """ " (rounds 0.95-1.10)": a ratio's spread over the rounds, where there are two or more."""
+    lo, hi = lo_hi
+    return "" if math.isnan(lo) or lo == hi else f" (rounds {lo:.2f}-{hi:.2f})"
+
+
+def _times(r: float, better: str, worse: str) -> str:
+    """A ratio theirs/ours in words: "1.05x faster", "1.7x slower" ("-" if not measured)."""
+    if math.isnan(r):
+        return "-"
+    word, r = (better, r) if r >= 1 else (worse, 1 / r)
+    # 1.05x, not "1.0x slower": a small gap keeps its sign and size
+    return f"{r:.2f}x {word}" if r < 1.1 else f"{r:.1f}x {word}"
+
+
+def _rss(peak: float | None, per: dict[str, float]) -> str:
+    """A controller's peak RSS, and per scenario."""
+    if peak is None:
+        return "-"
+    return f"{peak:.0f} MB ({', '.join(f'{s.upper()} {v:.0f}' for s, v in per.items())})"
 
 
 def write(res: dict[str, Any], results: Path, readme: Path) -> str:

@@ -33,6 +33,8 @@ KEYS = [
     "s6_ratio_jobset",
     "s7_inplace_speedup",
     "s7_elastic_speedup",
+    "s5_ratio_jobset",
+    "rss_ratio_jobset",
 ]
 
 
@@ -51,7 +53,8 @@ def results(*contenders: str) -> dict[str, Any]:
         "sizes": dict(QUICK),
         "runs": {},
         "s3": {},
-        "peak_rss_mb": {"ours": 90.0},
+        "peak_rss_mb": {"ours": 90.0, "jobset": 135.0},
+        "rss_mb": {"ours": {"s1": 80.0, "s5": 90.0}, "jobset": {"s1": 135.0}},
         "s4": {
             "jobs": 250,
             "running_s": 70.0,
@@ -70,7 +73,7 @@ def results(*contenders: str) -> dict[str, Any]:
     }
     for who in contenders:
         res["runs"][who] = {
-            s: runs(times[who], 4.0 if who == "ours" else 6.0) for s in ("s1", "s2", "s6")
+            s: runs(times[who], 4.0 if who == "ours" else 6.0) for s in ("s1", "s2", "s5", "s6")
         }
         if who != "raw":
             res["s3"][who] = {"p50_ms": 100.0, "p99_ms": 300.0}
@@ -90,6 +93,8 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["s3_p99_ms"] == "300" and got["s4_rss_mb"] == "101"
     assert got["s7_inplace_speedup"] == "2.50"  # Recreate's median over InPlace's
     assert got["s7_elastic_speedup"] == "1.50"  # the group restart's median over the replacement's
+    assert got["s5_ratio_jobset"] == "1.50"
+    assert got["rss_ratio_jobset"] == "1.50"  # JobSet controller's peak RSS over ours
 
 
 def test_a_contender_that_did_not_run_is_nan_never_a_number():
@@ -108,6 +113,7 @@ def test_the_table_replaces_only_what_is_between_the_markers(tmp_path: Path):
     assert text.endswith("<!-- /results -->\nafter\n") and "old" not in text
     assert "1.5x faster than JobSet" in text and "1.5x cheaper than JobSet" in text
     assert "peak 101 MB" in text
+    assert "| 90 MB (S1 80, S5 90) | - | - | 135 MB (S1 135) | 1.5x lighter than JobSet |" in text
     assert (tmp_path / "latest.json").exists() and line.startswith("RESULT s1_ratio_raw=1.25")
 
 
@@ -119,6 +125,12 @@ def test_cpu_and_memory_are_read_from_proc():
     assert cost.cpu_seconds(os.getpid()) - before >= 0.2
     rss, peak = cost.memory_mb(os.getpid())
     assert 0 < rss <= peak
+    block = bytearray(64 << 20)  # 64 MB touched, then given back: the peak stays...
+    block[::4096] = b"x" * len(block[::4096])
+    del block
+    assert cost.memory_mb(os.getpid())[1] >= peak + 60
+    cost.reset_peak(os.getpid())  # ...until it starts over from what the process holds now
+    assert cost.memory_mb(os.getpid())[1] < peak + 30
 
 
 @pytest.fixture

@@ -5,17 +5,23 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ddp_operator.manifests import builders
+from ddp_operator.manifests import builders, job_configmap
 from ddp_operator.model import constants as c
-from ddp_operator.model.jobspec import SpecError, resolve
+from ddp_operator.model.jobspec import JobSpec, SpecError, resolve
 
 from harness.cluster import CRD_FILE
 from jobs import ddpjob
 
 
-def env_of(pod: dict) -> dict[str, str]:
+def env_of(pod: dict, j: JobSpec) -> dict[str, str | None]:
+    """The trainer's env as the kubelet resolves it, with the job's ConfigMap as the operator
+    writes it (tests/test_realnode_jobs.py reads it in real pods)."""
     trainer = pod["spec"]["containers"][builders.trainer_index(pod["spec"])]
-    return {e["name"]: e.get("value") for e in trainer["env"]}
+    attempt = int(pod["metadata"]["labels"][c.LABEL_ATTEMPT])
+    data = job_configmap.data(j.nodes, builders.worker_hosts(j), attempt)
+    return {
+        e["name"]: e.get("value", job_configmap.lookup(e, j.name, data)) for e in trainer["env"]
+    }
 
 
 def job(**spec):
@@ -26,7 +32,7 @@ def job(**spec):
 
 def test_env_contract_for_one_process_per_node() -> None:
     j = job(nodes=3)
-    env = env_of(builders.build_worker_pod(j, 2))
+    env = env_of(builders.build_worker_pod(j, 2), j)
     assert env["MASTER_ADDR"] == "train-worker-0.train"
     assert env["MASTER_PORT"] == "29500"
     assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("3", "2", "1")
@@ -51,7 +57,7 @@ def test_env_contract_for_one_process_per_node() -> None:
 def test_gpu_job_gets_nccl_and_world_size_counts_processes() -> None:
     j = job(nodes=2, accelerator={"resource": "nvidia.com/gpu", "perNode": 8})
     pod = builders.build_worker_pod(j, 1)
-    env = env_of(pod)
+    env = env_of(pod, j)
     assert env["WORLD_SIZE"] == "16" and env["NPROC_PER_NODE"] == "8"
     assert "RANK" not in env  # per-process ranks come from the launcher
     assert env["DDP_BACKEND"] == "nccl" and env["MA_NUM_GPUS"] == "8"
@@ -62,7 +68,7 @@ def test_gpu_job_gets_nccl_and_world_size_counts_processes() -> None:
 def test_ascend_job_gets_hccl_ports_reserved() -> None:
     j = job(accelerator={"resource": "huawei.com/Ascend910", "perNode": 8, "hcclBasePort": 61000})
     pod = builders.build_worker_pod(j, 0)
-    env = env_of(pod)
+    env = env_of(pod, j)
     assert env["DDP_BACKEND"] == "hccl" and env["HCCL_IF_BASE_PORT"] == "61000"
     sysctls = pod["spec"]["securityContext"]["sysctls"]
     assert {"name": "net.ipv4.ip_local_reserved_ports", "value": "61000-61031"} in sysctls
@@ -86,7 +92,7 @@ def test_pod_shape() -> None:
     assert {"name": c.SHM_VOLUME, "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
     # gangScheduling present but empty: Kubernetes' own gang, the job's name is the PodGroup.
     assert spec["schedulingGroup"] == {"podGroupName": "train"}
-    assert env_of(pod)["DDP_ATTEMPT"] == "2"
+    assert env_of(pod, j)["DDP_ATTEMPT"] == "2"
 
 
 def test_trainer_container_is_found_by_name_and_user_env_follows_ours() -> None:
@@ -111,8 +117,8 @@ def test_trainer_container_is_found_by_name_and_user_env_follows_ours() -> None:
 
 def test_elastic_job_uses_c10d_rendezvous() -> None:
     j = job(nodes=3, minNodes=2, maxNodes=4)
-    env0 = env_of(builders.build_worker_pod(j, 0))
-    env1 = env_of(builders.build_worker_pod(j, 1))
+    env0 = env_of(builders.build_worker_pod(j, 0), j)
+    env1 = env_of(builders.build_worker_pod(j, 1), j)
     assert env0["PET_NNODES"] == "2:4"
     assert env0["PET_RDZV_BACKEND"] == "c10d"
     assert env0["PET_RDZV_ENDPOINT"] == "train-worker-0.train:29500"

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ddp_operator.manifests import builders, inplace_pod
+from ddp_operator.manifests import builders, inplace_pod, job_configmap
 from ddp_operator.model.jobspec import resolve
 
 from jobs import ddpjob
@@ -31,15 +31,6 @@ def test_the_attempt_is_an_annotation_and_ddp_attempt_comes_from_the_jobs_config
     assert env["NODE_RANK"]["value"] == "1"  # the rest of the contract is unchanged
 
 
-def test_the_jobs_configmap_says_the_attempt_and_is_the_jobs() -> None:
-    job = resolve(ddpjob("j", "ns", nodes=2))
-    cm = inplace_pod.attempt_configmap(builders.job_object_meta(job), 3)
-    assert cm["kind"] == "ConfigMap" and cm["data"] == {"DDP_ATTEMPT": "3"}
-    assert cm["metadata"]["name"] == "j" and cm["metadata"]["namespace"] == "ns"
-    (owner,) = cm["metadata"]["ownerReferences"]
-    assert owner["kind"] == "DDPJob" and owner["controller"] is True
-
-
 def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     p = pod()
     spec = p["spec"]
@@ -50,7 +41,7 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     assert watch["restartPolicyRules"] == [
         {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [86]}}
     ]
-    assert watch["image"] == trainer["image"] and watch["env"] == [inplace_pod.attempt_env("j")]
+    assert watch["image"] == trainer["image"] and watch["env"] == [job_configmap.attempt_env("j")]
     assert watch["resources"]["requests"] == watch["resources"]["limits"]
     sc = watch["securityContext"]
     assert sc["runAsNonRoot"] and sc["runAsUser"] > 0 and not sc["allowPrivilegeEscalation"]

@@ -193,15 +193,22 @@ def test_the_node_keeps_its_images_however_full_the_host_disk(
     assert set(images.values()) <= held, (images, held)
 
 
-def kube_chains(saved: str) -> set[tuple[str, str]]:
-    """The (table, chain) pairs of the KUBE-* chains in iptables-save's output."""
-    chains, table = set(), ""
-    for line in saved.splitlines():
-        if line.startswith("*"):
-            table = line[1:]
-        elif line.startswith(":KUBE-") and table in ("filter", "nat", "mangle"):
-            chains.add((table, line[1:].split()[0]))
-    return chains
+def test_a_host_whose_own_kube_proxy_keeps_iptables_chains_is_told_apart(
+    cluster: Cluster, images: dict[str, str]
+) -> None:
+    """realnode.sh up refuses a host whose kube-proxy or kubelet runs with KUBE-* chains (the
+    node's own would rewrite them); here the running node's stand for a host's. The chains of
+    a node that was not taken down, kept by no process, are not theirs: down removes them
+    (test_realnode_down_leaves_nothing)."""
+    lib = ROOT / "hack" / "cluster" / "realnode" / "lib.sh"
+    found = subprocess.run(
+        ["bash", "-c", f'source "{lib}" && kube_chain_keepers'], capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr
+    assert {line.split()[1].rsplit("/", 1)[-1] for line in found.stdout.splitlines()} == {
+        "kube-proxy",
+        "kubelet",
+    }, found.stdout
 
 
 @pytest.mark.last
@@ -209,8 +216,6 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
     """No process, mount, network namespace, bridge, iptables chain or changed kernel setting of
     the node is left behind."""
     saved = (ROOT / ".cluster" / "realnode" / "sysctl.saved").read_text().split()
-    # KUBE-* chains that were on the host before the node came up (another kubelet's) stay.
-    before = (ROOT / ".cluster" / "realnode" / "kube-chains-before").read_text().splitlines()
     realnode("down")
     programs = {
         "containerd",
@@ -238,12 +243,10 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert " ddp0:" not in links and "veth" not in links
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    assert "DDP-NETPOL" not in rules, rules
-    assert kube_chains(rules) == {
-        tuple(line.split()[1:]) for line in before if line.startswith("iptables ")
-    }
-    if not before:
-        assert "KUBE-" not in rules, rules
+    assert "KUBE-" not in rules and "DDP-NETPOL" not in rules, rules
+    lib = ROOT / "hack" / "cluster" / "realnode" / "lib.sh"
+    none = subprocess.run(["bash", "-c", f'source "{lib}" && kube_chain_keepers'])
+    assert none.returncode == 1
     for line in saved:
         key, value = line.split("=", 1)
         now = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True).stdout

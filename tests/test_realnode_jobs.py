@@ -118,6 +118,9 @@ def test_launch_style_runs_unchanged_in_real_pods(
     logs = kubectl_ddp(cluster, "logs", style, "-n", launched)
     assert job["status"]["phase"] == "Succeeded", (job["status"], logs)
     assert_all_ranks(logs, world)
+    if style == "platform-script":  # VC_WORKER_HOSTS, from the job's ConfigMap: every worker
+        hosts = ",".join(f"{style}-worker-{i}.{style}" for i in range(2))
+        assert logs.count(f"platform.sh: hosts {hosts}\n") == 2, logs
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from cluster import RESULTS, free_port, pod_spec, stop, wait_http
 from contenders.base import Contender, process_dead
 
 PREFIX = "bench-ours-"
-TAGS = ("s1", "s2", "s3", "s4", "s5", "s6")  # the scenarios' namespaces: bench-ours-<tag>
+TAGS = ("s1", "s2", "s3", "s4", "s5", "s5l", "s6")  # the scenarios' namespaces: bench-ours-<tag>
 
 
 def ddpjob(name: str, ns: str, nodes: int, spec: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 set -eu
 MASTER_HOST="${VC_WORKER_HOSTS%%,*}"
 echo "platform.sh: node ${VC_TASK_INDEX} of ${MA_NUM_HOSTS}, ${MA_NUM_GPUS} devices, master ${MASTER_HOST}"
+echo "platform.sh: hosts ${VC_WORKER_HOSTS}"
 exec python -m torch.distributed.run \
   --nnodes="${MA_NUM_HOSTS}" \
   --node_rank="${VC_TASK_INDEX}" \

@@ -145,10 +145,18 @@ record_host() {
   [[ -d /var/log/containers ]] || touch "$rn/no-var-log-containers"
   [[ -d /var/lib/cni ]] || touch "$rn/no-var-lib-cni"
   [[ -d /var/lib/kubelet ]] || touch "$rn/no-var-lib-kubelet"
-  kube_chains >"$rn/kube-chains-before"
-  if [[ -s "$rn/kube-chains-before" ]]; then
-    log "KUBE-* chains were here before this node (another kubelet's, or a node not taken down:" \
-      "iptables-save | grep KUBE-); down leaves them"
+  # KUBE-* chains belong to whichever kube-proxy and kubelet run on the host: the node's own
+  # would rewrite a running one's. Those that no process keeps are a node's that was not taken
+  # down (its processes gone with a restart of the machine's process tree): down removes them.
+  local keeper
+  if keeper="$(kube_chain_keepers)"; then
+    rm -rf --one-file-system "$rn"
+    die "this host runs its own ${keeper//$'\n'/, }: the real node's kube-proxy and kubelet" \
+      "would rewrite its iptables chains (KUBE-*); test against that cluster (KUBECONFIG) instead"
+  fi
+  if [[ -n "$(kube_chains)" ]]; then
+    log "KUBE-* chains that no running kube-proxy or kubelet keeps (a node not taken down):" \
+      "removed when this node goes down"
   fi
   local k v
   for k in "${sysctls[@]}"; do

@@ -23,28 +23,17 @@ restore_sysctls() {
   rm -f "$rn/sysctl.saved"
 }
 
-# The KUBE-* chains kubelet and kube-proxy made, those that were not there before the first up
-# (a host's own kubelet, or a node of another checkout not taken down, keeps its chains): the
-# rules of other chains that jump to them, then the chains.
-our_kube_chains() {
-  if [[ -s "$rn/kube-chains-before" ]]; then
-    kube_chains | grep -vxFf "$rn/kube-chains-before" || true
-  else
-    kube_chains
-  fi
-}
-
+# The KUBE-* chains kubelet and kube-proxy made (up refuses a host whose own kubelet or
+# kube-proxy keeps some): the rules of other chains that jump to them, then the chains.
 remove_kube_chains() {
-  local cmd table chain rule ours
-  ours="$(our_kube_chains)"
-  [[ -n "$ours" ]] || return 0
+  local cmd table chain rule
   while read -r cmd table chain; do
     while read -r rule; do
       eval "$cmd -t $table ${rule/#-A/-D}" || true
     done < <("$cmd-save" -t "$table" | grep -E "^-A [^ ]+ .*-j $chain( |\$)" | grep -v '^-A KUBE-')
-  done <<<"$ours"
-  while read -r cmd table chain; do "$cmd" -t "$table" -F "$chain" || true; done <<<"$ours"
-  while read -r cmd table chain; do "$cmd" -t "$table" -X "$chain" || true; done <<<"$ours"
+  done < <(kube_chains)
+  while read -r cmd table chain; do "$cmd" -t "$table" -F "$chain" || true; done < <(kube_chains)
+  while read -r cmd table chain; do "$cmd" -t "$table" -X "$chain" || true; done < <(kube_chains)
 }
 
 # What the kubelet did not stop (it was not running, or pods outlived the wait) goes through ctr:

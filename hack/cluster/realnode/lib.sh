@@ -94,3 +94,12 @@ kube_chains() {
     done
   done
 }
+
+# The kube-proxy and kubelet processes ("PID COMMAND", one a line) running while KUBE-* chains
+# exist: theirs; false if none runs or there are no such chains.
+kube_chain_keepers() {
+  [[ -n "$(kube_chains)" ]] || return 1
+  local found
+  found="$(pgrep -a -x kube-proxy; pgrep -a -x kubelet)"
+  [[ -n "$found" ]] && echo "$found"
+}

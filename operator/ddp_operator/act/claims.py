@@ -23,7 +23,7 @@ from ..decide.failures import (
     api_message,
     refuses_in_place,
 )
-from ..manifests import builders, gang, inplace_pod, netpol
+from ..manifests import builders, gang, inplace_pod, job_configmap, netpol
 from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import controller
@@ -58,19 +58,17 @@ async def owned(
 async def create_group(
     kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool, policy: bool = False
 ) -> tuple[list[bool], bool]:
-    """Create the gang's objects, the Service, the NetworkPolicy if ``policy``, the ConfigMap if
-    the pods restart in place, then ``pods``
-    (all of a new attempt's if ``fresh``: checked first); one that exists already must be the
-    job's. Which pods were created (False: the job's exists), and False if an object went
-    meanwhile (the next pass creates it)."""
+    """Create the gang's objects, the Service, the ConfigMap, the NetworkPolicy if ``policy``,
+    then ``pods`` (all of a new attempt's if ``fresh``: checked first); one that exists already
+    must be the job's. Which pods were created (False: the job's exists), and False if an
+    object went meanwhile (the next pass creates it)."""
     if fresh:
         await check(kube, pods[0])
     found = await create_gang(kube, job, pods[0])
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
-    if pods and inplace_pod.carried(pods[0]):
-        attempt = int(pods[0]["metadata"]["labels"][c.LABEL_ATTEMPT])
-        found = await give_attempt(kube, job, attempt) and found
+    attempt = int(pods[0]["metadata"]["labels"][c.LABEL_ATTEMPT])
+    found = await give_env(kube, job, attempt) and found
     if policy:
         manifest = netpol.build_network_policy(job)
         what = f"creating {netpol.KIND} {job.name}"
@@ -85,19 +83,21 @@ async def create_group(
     return created, found
 
 
-async def give_attempt(kube: Kube, job: JobSpec, attempt: int) -> bool:
-    """Have the job's ConfigMap say ``attempt`` (created if missing, changed if it says another),
-    before any in-place pod is created for it or told it: their containers take DDP_ATTEMPT from
-    it as they start. False if it went meanwhile (the next pass creates it)."""
+async def give_env(kube: Kube, job: JobSpec, attempt: int) -> bool:
+    """Have the job's ConfigMap (``job_configmap``) hold the host list of the group's size and
+    say ``attempt`` (created if missing, else changed), before a pod that reads it is created or
+    told its next attempt: their containers take them as they start. False if it went
+    meanwhile (the next pass creates it)."""
     what = f"ConfigMap {job.name}"
-    manifest = inplace_pod.attempt_configmap(builders.job_object_meta(job), attempt)
+    hosts = builders.worker_hosts(job)
+    manifest = job_configmap.build(builders.job_object_meta(job), job.nodes, hosts, attempt)
     for _ in range(2):  # once more if it went between the two calls
         if await step(f"creating {what}", kube.create_configmap(manifest)):
             return True
         meta = await owned(kube, job, "ConfigMap", job.name)
         if meta is not None:
-            uid, data = str(meta.get("uid")), inplace_pod.attempt_data(attempt)
-            patched = kube.patch_configmap(job.namespace, job.name, uid, data)
+            uid = str(meta.get("uid"))
+            patched = kube.patch_configmap(job.namespace, job.name, uid, manifest["data"])
             return await step(f"giving attempt {attempt} to {what}", patched)
     return False
 

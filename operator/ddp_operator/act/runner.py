@@ -228,7 +228,7 @@ class JobRunner:
             )
         # After the status that records the attempt (a crash cannot lose it), or the end; the
         # attempt in the job's ConfigMap first (``inplace_pod``: where DDP_ATTEMPT comes from).
-        if plan.tell and not await claims.give_attempt(self.kube, job, plan.attempt):
+        if plan.tell and not await claims.give_env(self.kube, job, plan.attempt):
             self.wake.set()  # gone meanwhile: the next pass creates it, then tells
             plan.tell = []
         attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}

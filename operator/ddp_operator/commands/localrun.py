@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..decide import conditions, reconcile
-from ..manifests import builders
+from ..manifests import builders, job_configmap
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 
@@ -68,6 +68,7 @@ def worker_processes(job: JobSpec, base_env: Mapping[str, str]) -> list[WorkerPr
     """Render the job's pods with the operator's builders and turn each trainer container into
     a process description. ``base_env`` is the environment the container env is laid over."""
     procs = []
+    configmap = job_configmap.data(job.nodes, builders.worker_hosts(job), 0)
     for i in range(job.nodes):
         pod = builders.build_worker_pod(job, i)
         spec = pod["spec"]
@@ -77,6 +78,8 @@ def worker_processes(job: JobSpec, base_env: Mapping[str, str]) -> list[WorkerPr
         for entry in container.get("env") or []:
             if "value" in entry:
                 env[entry["name"]] = expand(str(entry["value"]), env)
+            elif (value := job_configmap.lookup(entry, job.name, configmap)) is not None:
+                env[entry["name"]] = value  # the job's ConfigMap, as the operator writes it
             else:
                 warnings.append(f"env {entry['name']}: valueFrom is not supported locally; unset")
         argv = [

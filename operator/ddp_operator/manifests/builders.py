@@ -7,6 +7,7 @@ from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec, SpecError
+from . import job_configmap
 from .inplace_pod import make_in_place
 
 Manifest = dict[str, Any]
@@ -20,6 +21,11 @@ def worker_name(job: JobSpec, index: int) -> str:
 def worker_host(job: JobSpec, index: int) -> str:
     """DNS name of a worker inside the job's namespace: ``<job>-worker-<i>.<job>``."""
     return f"{worker_name(job, index)}.{job.name}"
+
+
+def worker_hosts(job: JobSpec) -> str:
+    """Every worker's DNS name, worker 0 first, comma-separated (``VC_WORKER_HOSTS``)."""
+    return ",".join(worker_host(job, i) for i in range(job.nodes))
 
 
 def master_addr(job: JobSpec) -> str:
@@ -53,11 +59,11 @@ def trainer_index(pod_spec: dict[str, Any]) -> int:
     return 0
 
 
-def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[dict[str, str]]:
-    """The env contract of worker ``index`` (see the README's table), in a stable order."""
+def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[Manifest]:
+    """The env contract of worker ``index`` (see the README's table), in a stable order; the
+    host list from the job's ConfigMap (``job_configmap``), the rest as values."""
     master = master_addr(job)
     nprocs = job.procs_per_node
-    hosts = ",".join(worker_host(job, i) for i in range(job.nodes))
     devices = job.accelerator.per_node if job.accelerator else nprocs
     conf = [f"{k}={v}" for k, v in job.rdzv_conf]
     env: list[tuple[str, str]] = [
@@ -100,13 +106,15 @@ def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[dict[str, str]
         ("MA_VJ_NAME", job.name),
         ("VC_TASK_INDEX", str(index)),
         ("VC_WORKER_NUM", str(job.nodes)),
-        ("VC_WORKER_HOSTS", hosts),
     ]
+    built: list[Manifest] = [{"name": k, "value": v} for k, v in env]
+    built.append(job_configmap.hosts_env(job.name, job.nodes))
     if job.accelerator and job.accelerator.is_ascend:
-        env.append(("HCCL_IF_BASE_PORT", str(job.accelerator.hccl_base_port)))
+        built.append({"name": "HCCL_IF_BASE_PORT", "value": str(job.accelerator.hccl_base_port)})
         if job.accelerator.hccl_connect_timeout:
-            env.append(("HCCL_CONNECT_TIMEOUT", str(job.accelerator.hccl_connect_timeout)))
-    return [{"name": k, "value": v} for k, v in env]
+            timeout = str(job.accelerator.hccl_connect_timeout)
+            built.append({"name": "HCCL_CONNECT_TIMEOUT", "value": timeout})
+    return built
 
 
 def job_object_meta(job: JobSpec, name: str | None = None) -> Manifest:
@@ -152,7 +160,7 @@ def _defaults(job: JobSpec) -> list[tuple[str, str]]:
 
 
 def _merge_env(
-    job: JobSpec, user_env: list[dict[str, Any]], ours: list[dict[str, str]]
+    job: JobSpec, user_env: list[dict[str, Any]], ours: list[Manifest]
 ) -> list[dict[str, Any]]:
     # Ours first, so user entries may reference them with $(VAR); reserved user names are refused
     # by the CRD, and dropped here for manifests that bypassed it.

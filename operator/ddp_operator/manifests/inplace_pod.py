@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import constants as c
+from .job_configmap import attempt_env
 
 Manifest = dict[str, Any]
 
@@ -62,28 +63,6 @@ SECURITY = {
 
 def _annotation(key: str) -> Manifest:
     return {"fieldPath": f"metadata.annotations['{key}']"}
-
-
-def attempt_env(configmap: str) -> Manifest:
-    """``DDP_ATTEMPT`` from the job's ConfigMap: resolved each time a container starts."""
-    ref = {"name": configmap, "key": c.ENV_ATTEMPT}
-    return {"name": c.ENV_ATTEMPT, "valueFrom": {"configMapKeyRef": ref}}
-
-
-def attempt_configmap(meta: Manifest, attempt: int) -> Manifest:
-    """The job's ConfigMap (``meta``: the job's owned-object metadata, named after the job),
-    saying the attempt its in-place pods run."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta,
-        "data": attempt_data(attempt),
-    }
-
-
-def attempt_data(attempt: int) -> dict[str, str]:
-    """What the job's ConfigMap holds for ``attempt``."""
-    return {c.ENV_ATTEMPT: str(attempt)}
 
 
 def watch_container(trainer: Manifest, configmap: str) -> Manifest:

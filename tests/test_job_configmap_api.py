@@ -1,8 +1,9 @@
-"""The ConfigMap an in-place job's pods take DDP_ATTEMPT from (``inplace_pod``, created by
-``claims.give_attempt``), through the API (any cluster): there before the first pod, the job's
-(its controller), saying the attempt; none for a job that restarts by Recreate; a foreign one of
-the job's name reported (NameConflict), never adopted or changed. That restarted containers read
-it: tests/test_realnode_inplace.py (a script that fails only while DDP_ATTEMPT is 0)."""
+"""The job's ConfigMap (``job_configmap``, created by ``claims.give_env``), through the API
+(any cluster): there before the first pod, the job's (its controller), holding the host list and
+the attempt, for jobs of both restart strategies; a foreign one of the job's name reported
+(NameConflict), never adopted or changed. That restarted containers read it:
+tests/test_realnode_inplace.py (a script that fails only while DDP_ATTEMPT is 0) and
+tests/test_realnode_jobs.py (a platform script reading VC_WORKER_HOSTS)."""
 
 from __future__ import annotations
 
@@ -35,17 +36,26 @@ def test_an_in_place_job_gets_its_configmap_before_its_first_pod(
     jobs.apply(cluster, ddpjob("att", namespace, nodes=2, restartStrategy="InPlace"))
     running = wait_running(cluster, namespace, "att", 2)
     cm = _configmap(cluster, namespace, "att")
-    assert cm is not None and cm.data == {"DDP_ATTEMPT": "0"}
+    hosts = "att-worker-0.att,att-worker-1.att"
+    assert cm is not None and cm.data == {"DDP_ATTEMPT": "0", "VC_WORKER_HOSTS.2": hosts}
     (ref,) = cm.metadata.owner_references
     assert ref.controller and ref.uid == jobs.get(cluster, namespace, "att")["metadata"]["uid"]
     first = min(datetime.fromisoformat(p["metadata"]["creationTimestamp"]) for p in running)
     assert cm.metadata.creation_timestamp <= first
 
 
-def test_a_job_that_restarts_by_recreate_gets_none(cluster: Cluster, namespace: str) -> None:
+def test_a_job_that_restarts_by_recreate_gets_one_and_its_pods_carry_their_attempt(
+    cluster: Cluster, namespace: str
+) -> None:
     jobs.apply(cluster, ddpjob("rec", namespace, nodes=2, restartStrategy="Recreate"))
-    wait_running(cluster, namespace, "rec", 2)
-    assert _configmap(cluster, namespace, "rec") is None
+    running = wait_running(cluster, namespace, "rec", 2)
+    cm = _configmap(cluster, namespace, "rec")
+    assert cm is not None and cm.data["VC_WORKER_HOSTS.2"] == "rec-worker-0.rec,rec-worker-1.rec"
+    for pod in running:
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["DDP_ATTEMPT"] == {"name": "DDP_ATTEMPT", "value": "0"}
+        ref = {"name": "rec", "key": "VC_WORKER_HOSTS.2"}
+        assert env["VC_WORKER_HOSTS"]["valueFrom"] == {"configMapKeyRef": ref}
 
 
 def test_a_foreign_configmap_is_reported_and_never_adopted(
@@ -65,4 +75,8 @@ def test_a_foreign_configmap_is_reported_and_never_adopted(
     wait_running(cluster, namespace, "cmx", 2)
     jobs.wait_condition(cluster, namespace, "cmx", "Blocked", status="False")
     mine = wait_for(lambda: _configmap(cluster, namespace, "cmx"), what="the job's own ConfigMap")
-    assert mine.metadata.owner_references[0].kind == "DDPJob" and mine.data == {"DDP_ATTEMPT": "0"}
+    assert mine.metadata.owner_references[0].kind == "DDPJob"
+    assert mine.data == {
+        "DDP_ATTEMPT": "0",
+        "VC_WORKER_HOSTS.2": "cmx-worker-0.cmx,cmx-worker-1.cmx",
+    }
