@@ -66,7 +66,8 @@ class Contender:
     def drop(self, ns: str) -> None:
         """Empty a run's namespace as a user cleaning up would: its jobs first (deleting the
         namespace first would have controllers recreate what its deletion removes: JobSet
-        retries its Jobs thousands of times), then what is left of its pods and Services."""
+        retries its Jobs thousands of times), then what is left of its pods, Services and
+        ConfigMaps."""
         core, custom = self.cluster.core, self.cluster.custom
         if self.job_api:
             group, version, plural = self.job_api
@@ -91,6 +92,8 @@ class Contender:
         for svc in core.list_namespaced_service(ns).items:
             with unless(404):  # the garbage collector may be first
                 core.delete_namespaced_service(svc.metadata.name, ns)
+        if self.job_label:  # raw's ConfigMaps (the operator's go with their jobs)
+            core.delete_collection_namespaced_config_map(ns, label_selector=self.job_label)
 
     def close(self) -> None:
         """Delete the namespaces its runs used (but a shared one) and wait until they are gone."""

@@ -1,11 +1,11 @@
-"""Raw: a plain concurrent client creating the Service and pods our operator would create, with
-no controller at all: what this API server and scheduler can do."""
+"""Raw: a plain concurrent client creating the Service, ConfigMap and pods our operator would
+create, with no controller at all: what this API server and scheduler can do."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddp_operator.manifests import builders
+from ddp_operator.manifests import builders, job_configmap
 from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import resolve
 
@@ -14,14 +14,19 @@ from contenders.base import Contender, drain
 
 
 def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
-    """The Service and pods our operator would create, without the owner (no DDPJob exists)."""
+    """The Service, ConfigMap and pods our operator would create, without the owner (no DDPJob
+    exists)."""
     job = resolve(
         {
             "metadata": {"name": name, "namespace": ns, "uid": "raw"},
             "spec": {"nodes": nodes, "template": {"spec": pod_spec("trainer")}},
         }
     )
-    objs = [builders.build_service(job)] + [builders.build_worker_pod(job, i) for i in range(nodes)]
+    configmap = job_configmap.build(
+        builders.job_object_meta(job), nodes, builders.worker_hosts(job), 0
+    )
+    objs = [builders.build_service(job), configmap]
+    objs += [builders.build_worker_pod(job, i) for i in range(nodes)]
     for o in objs:
         o["metadata"].pop("ownerReferences", None)
     return objs
@@ -32,13 +37,19 @@ class Raw(Contender):
     job_label = c.LABEL_JOB
 
     def create(self, ns: str, names: list[str], nodes: int) -> None:
-        """Services first, as the operator does, then every pod concurrently."""
+        """Services and ConfigMaps first, as the operator does, then every pod concurrently."""
         objs = [o for n in names for o in objects(n, ns, nodes)]
         core = self.cluster.core
         list(
             self.pool.map(
                 lambda o: drain(core.create_namespaced_service(ns, o, _preload_content=False)),
                 [o for o in objs if o["kind"] == "Service"],
+            )
+        )
+        list(
+            self.pool.map(
+                lambda o: drain(core.create_namespaced_config_map(ns, o, _preload_content=False)),
+                [o for o in objs if o["kind"] == "ConfigMap"],
             )
         )
         list(
