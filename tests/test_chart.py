@@ -5,6 +5,7 @@ everything outside its rules."""
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import time
 import uuid
@@ -307,3 +308,42 @@ def test_pods_it_may_not_list_block_the_job_saying_why_until_it_may(
         if op is not None:
             op.stop()
         cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def test_progress_is_served_by_default_behind_a_service_of_the_active_replica() -> None:
+    docs = render()
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--progress-address=0.0.0.0:8090" in args
+    assert "--progress-url=http://ddp-ddp-operator-progress.ddp-system.svc:8090" in args
+    svc = next(d for d in docs if d["metadata"]["name"] == "ddp-ddp-operator-progress")
+    assert svc["spec"]["selector"]["ddp-operator.io/role"] == "active"
+    assert svc["spec"]["ports"][0]["targetPort"] == "progress"
+    reviews = [r for r in rules_of(docs) if "tokenreviews" in r["resources"]]
+    assert [(r["apiGroups"], r["verbs"]) for r in reviews] == [
+        (["authentication.k8s.io"], ["create"])
+    ]
+    off = render("progress.enabled=false")
+    assert not any("progress" in d["metadata"]["name"] for d in off)
+    assert not any("tokenreviews" in r["resources"] for r in rules_of(off))
+
+
+def test_service_monitor_and_dashboard_are_off_by_default_and_render_when_asked() -> None:
+    kinds = {d["kind"] for d in render()}
+    assert "ServiceMonitor" not in kinds and "ConfigMap" not in kinds
+    docs = render(
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=kps",
+        "metrics.dashboard.enabled=true",
+    )
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    metrics_svc = next(d for d in docs if d["metadata"]["name"].endswith("-metrics"))
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= metrics_svc["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+    board = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = (CHART / "dashboards" / "ddp-operator.json").read_text()
+    assert json.loads(board["data"]["ddp-operator.json"]) == json.loads(shipped)

@@ -31,7 +31,7 @@ NOT_REASONS = {
     "StartError", "RunContainerError",
     # kinds, and the vocabulary of Events, conditions and HTTP
     "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "ConfigMap", "Ingress",
-    "Warning", "Normal", "True", "False", "BearerToken", "Accept",
+    "Warning", "Normal", "True", "False", "BearerToken", "Accept", "TokenReview", "Authorization",
 }
 # fmt: on
 WORD = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$|^[A-Z][a-z]+$")

@@ -79,18 +79,26 @@ def test_the_chart_runs_the_operator_image_as_a_real_pod(
     write = cluster.kubectl("exec", "-n", system, name, "--", "touch", "/usr/x", check=False)
     assert write.returncode != 0 and "Read-only file system" in write.stderr, write
 
-    job = trainer_job(
-        "charted", ns, images["trainer"], ["torchrun", "examples/scripts/allreduce.py"]
-    )
+    # A training that reports its progress: through the chart's progress Service to the
+    # operator pod, which reviews the pods' tokens with the chart's ServiceAccount.
+    script = ["torchrun", "examples/scripts/progress_train.py", "--steps", "30"]
+    job = trainer_job("charted", ns, images["trainer"], [*script, "--step-time", "0.05"])
     jobs.apply(cluster, job)
     jobs.wait_phase(cluster, ns, "charted", "Succeeded", timeout=300)
     events = jobs.wait_event(cluster, ns, "charted", "AllWorkersSucceeded")
     assert events, events
+    reported = wait_for(
+        lambda: (jobs.get(cluster, ns, "charted") or {})["status"].get("progress"),
+        timeout=15,
+        what="the training's progress on the job",
+    )
+    assert reported["step"] == 30 and reported["percent"] == 100, reported
 
     # Its metrics, scraped from the pod's address as Prometheus would.
     ip = cluster.core.read_namespaced_pod(name, system).status.pod_ip
     text = wait_for(lambda: _scrape(f"http://{ip}:9090/metrics"), timeout=30, what="the metrics")
     assert "ddp_operator_pods_created_total 2.0" in text, text
+    assert 'ddp_operator_progress_reports_total{result="accepted"}' in text, text
     logs = cluster.kubectl("logs", "-n", system, name).stdout
     assert "Forbidden" not in logs and "Traceback" not in logs, logs
     # One process all along: it never crashed nor failed its liveness probe.

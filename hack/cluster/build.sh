@@ -165,8 +165,10 @@ for d in "${dirs[@]}"; do
 done
 bin="$root/bin-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -d "$bin" ]]; then
-  mkdir -p "$bin.tmp"
-  for d in "${dirs[@]}"; do ln -sfn "$d"/* "$bin.tmp/"; done
-  mv "$bin.tmp" "$bin" 2>/dev/null || rm -rf "$bin.tmp"
+  # A directory of its own: two builds at once (make demo beside make test) each make one, and
+  # the first to finish names it (mv -T fails on the other's: that one is dropped).
+  tmp="$(mktemp -d "$bin.tmp.XXXXXX")"
+  for d in "${dirs[@]}"; do ln -sfn "$d"/* "$tmp/"; done
+  mv -T "$tmp" "$bin" 2>/dev/null || rm -rf "$tmp"
 fi
 echo "$bin"

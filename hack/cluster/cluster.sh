@@ -160,7 +160,12 @@ build() {
   fi
   link_tools
   if [[ -n "$images" ]]; then
-    "$here/build.sh" real-node >/dev/null || die "the real node's binaries did not build"
+    if ! "$here/build.sh" real-node >/dev/null; then
+      # The images' builds go too: a failed `make test` leaves nothing running behind it.
+      pkill -TERM -P "$images" 2>/dev/null || true
+      kill "$images" 2>/dev/null || true
+      die "the real node's binaries did not build"
+    fi
     wait "$images" || die "an image did not build (image.sh's log above)"
     for image in image trainer operator; do
       "$here/realnode.sh" "$image" >/dev/null || die "realnode.sh $image failed"

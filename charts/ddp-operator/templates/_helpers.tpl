@@ -64,6 +64,10 @@ containers:
   {{- if .root.Values.metrics.enabled }}
   - --metrics-port={{ .root.Values.metrics.port }}
   {{- end }}
+  {{- if .root.Values.progress.enabled }}
+  - --progress-address=0.0.0.0:{{ .root.Values.progress.port }}
+  - --progress-url=http://{{ include "ddp-operator.fullname" .root }}-progress.{{ .root.Release.Namespace }}.svc:{{ .root.Values.progress.port }}
+  {{- end }}
   {{- if .root.Values.standby.enabled }}
   - --peering={{ include "ddp-operator.fullname" .root }}
   - --priority={{ .priority }}
@@ -72,6 +76,9 @@ containers:
   - {name: healthz, containerPort: {{ .root.Values.livenessPort }}}
   {{- if .root.Values.metrics.enabled }}
   - {name: metrics, containerPort: {{ .root.Values.metrics.port }}}
+  {{- end }}
+  {{- if .root.Values.progress.enabled }}
+  - {name: progress, containerPort: {{ .root.Values.progress.port }}}
   {{- end }}
   livenessProbe:
     httpGet: {path: /healthz, port: healthz}

@@ -12,9 +12,11 @@ from typing import Any
 
 import kopf
 
-from ..api import metrics
+from ..api import metrics, progress_server
 from ..api.kube import Kube, api_client
+from ..api.progress_server import TokenReviewer
 from ..model import constants as c
+from .progress_desk import ProgressDesk
 from .registry import Runners
 
 runners = Runners()
@@ -56,11 +58,21 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     runners.isolation = bool(memo.get("network_isolation", True))
     if memo.get("metrics_port"):
         metrics.serve(int(memo["metrics_port"]), runners.phases)
+    if memo.get("progress_address"):
+        desk = ProgressDesk(runners.kube, runners)
+        runners.on_forget.append(desk.forget)
+        runners.progress_url = memo.get("progress_url")
+        reviewer = TokenReviewer(runners.kube)
+        memo.progress_server = await progress_server.serve(
+            memo["progress_address"], reviewer, desk.accept
+        )
 
 
 @kopf.on.cleanup()
-async def shutdown(**_: Any) -> None:
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     await runners.close()
+    if memo.get("progress_server"):
+        await memo.progress_server.cleanup()
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

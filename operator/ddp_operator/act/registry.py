@@ -5,7 +5,7 @@ while it has a job."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..api.kube import Kube
@@ -22,6 +22,8 @@ class Runners:
         self.kube: Kube | None = None
         self.clusterwide = False
         self.isolation = True  # the operator's default for spec.network.isolation
+        self.progress_url: str | None = None  # where worker pods report progress (None: off)
+        self.on_forget: list[Callable[[Key], None]] = []  # told of every job that is gone
         self.index = PodIndex(self.poke, self.gone)
         self._runners: dict[Key, JobRunner] = {}
         self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
@@ -68,15 +70,23 @@ class Runners:
             runner.task.cancel()
         if self._events is None:
             self._events = EventReader(self.kube)
-        runner = JobRunner(key, body, self.kube, self.pods, self._events, self.isolation)
+        runner = JobRunner(
+            key, body, self.kube, self.pods, self._events, self.isolation, self.progress_url
+        )
         self._runners[key] = runner
         runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
+
+    def job(self, key: Key) -> JobRunner | None:
+        """The loop of a job, if it has one."""
+        return self._runners.get(key)
 
     def _drop(self, key: Key, runner: JobRunner) -> None:
         """A loop ended by itself (its job is gone): forget it, unless replaced already."""
         if self._runners.get(key) is runner:
             del self._runners[key]
             self._unwatch(key[0])
+            for forget in self.on_forget:
+                forget(key)
 
     def gone(self, key: Key, pod: WorkerPod) -> None:
         """A pod of the job was deleted."""
@@ -96,6 +106,8 @@ class Runners:
         if runner is not None:
             await runner.deleted()
             self._unwatch(key[0])
+        for forget in self.on_forget:
+            forget(key)
 
     async def close(self) -> None:
         for key in list(self._runners):

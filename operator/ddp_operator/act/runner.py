@@ -21,11 +21,11 @@ import kopf
 
 from ..api import metrics
 from ..api.kube import JobGone, Kube
-from ..decide import reconcile
+from ..decide import progress_report, reconcile
 from ..decide.conditions import progress_only
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
-from ..manifests import builders, netpol
+from ..manifests import builders, netpol, progress_pod
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
@@ -64,6 +64,7 @@ class JobRunner:
         pods: PodSource,
         events: stalls.EventReader | None = None,
         isolation: bool = True,
+        progress_url: str | None = None,
     ):
         self.key = key
         self.body = slim(body)
@@ -71,6 +72,7 @@ class JobRunner:
         self.pods = pods
         self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
         self.isolation = isolation  # the operator's default for spec.network.isolation
+        self.progress_url = progress_url  # where its pods report progress (``progress_pod``)
         self.memory = Memory(body.get("status"))
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
@@ -80,8 +82,11 @@ class JobRunner:
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
     def update(self, body: Mapping[str, Any]) -> None:
-        """A new version of the job was observed (its status is taken if further on)."""
-        self.body = slim(body)
+        """A new version of the job was observed (its status is taken if further on); one
+        that differs in its training's progress only leaves the loop asleep."""
+        old, self.body = self.body, slim(body)
+        if progress_report.same_but_progress(old, self.body):
+            return
         if self.memory.adopt(body.get("status")):
             log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
         self.wake.set()
@@ -259,6 +264,8 @@ class JobRunner:
         if not wanted:
             return False
         pods = [builders.build_worker_pod(job, i, plan.attempt, plan.in_place) for i in wanted]
+        if self.progress_url:
+            pods = [progress_pod.add_reporting(pod, self.progress_url) for pod in pods]
         fresh = len(wanted) == job.nodes
         try:
             policy = netpol.isolated(job, self.isolation)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -32,6 +34,54 @@ RECONCILE_SECONDS = Histogram(
     "Duration of one reconcile pass of one job (plan and writes)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+PROGRESS_REPORTS = Counter(
+    "ddp_operator_progress_reports",
+    "Progress reports from training scripts, by result (accepted, refused, invalid, failed)",
+    ["result"],
+)
+JOB = ["namespace", "job"]
+JOB_PROGRESS = Gauge("ddp_job_progress_ratio", "The training's reported progress, 0 to 1", JOB)
+JOB_STEP = Gauge("ddp_job_step", "The training's reported step", JOB)
+JOB_ETA = Gauge("ddp_job_eta_seconds", "The training's estimated time to its last step", JOB)
+JOB_REPORTED = Gauge(
+    "ddp_job_progress_timestamp_seconds", "When the training last reported (Unix time)", JOB
+)
+JOB_METRIC = Gauge(
+    "ddp_job_metric",
+    "A metric the training reported (loss, samples_per_s, ...), by name",
+    [*JOB, "name"],
+)
+_reported: dict[tuple[str, str], set[str]] = {}  # the metric names each job's gauges carry
+
+
+def job_progress(namespace: str, job: str, progress: Mapping[str, Any], at: float) -> None:
+    """Set a job's gauges from its latest report (``status.progress``) taken at ``at``."""
+    key = (namespace, job)
+    names = _reported.setdefault(key, set())
+    JOB_STEP.labels(*key).set(progress["step"])
+    JOB_REPORTED.labels(*key).set(at)
+    for gauge, field in ((JOB_PROGRESS, "percent"), (JOB_ETA, "etaSeconds")):
+        if field in progress:
+            gauge.labels(*key).set(progress[field] / 100 if field == "percent" else progress[field])
+    for name in names - set(progress["metrics"]):
+        JOB_METRIC.remove(*key, name)
+    for name, value in progress["metrics"].items():
+        JOB_METRIC.labels(*key, name).set(value)
+    _reported[key] = set(progress["metrics"])
+
+
+def forget_job(namespace: str, job: str) -> None:
+    """Drop a deleted job's gauges."""
+    key = (namespace, job)
+    names = _reported.pop(key, None)
+    if names is None:
+        return
+    for gauge in (JOB_PROGRESS, JOB_STEP, JOB_ETA, JOB_REPORTED):
+        with contextlib.suppress(KeyError):
+            gauge.remove(*key)
+    for name in names:
+        JOB_METRIC.remove(*key, name)
 
 
 def api_call(verb: str, code: int | None, expected: Iterable[int] = ()) -> None:

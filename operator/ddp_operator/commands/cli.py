@@ -70,6 +70,20 @@ def parser() -> argparse.ArgumentParser:
         help="give each job a NetworkPolicy (only its own pods reach its pods) unless its "
         "spec.network.isolation says otherwise (default: on)",
     )
+    run.add_argument(
+        "--progress-address",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve the endpoint training scripts report progress to (ddp_operator.progress), "
+        "e.g. 0.0.0.0:8090 (default: off)",
+    )
+    run.add_argument(
+        "--progress-url",
+        metavar="URL",
+        default=None,
+        help="the endpoint's URL as worker pods reach it, e.g. "
+        "http://ddp-operator.ddp-system.svc:8090 (default: http://<the address>)",
+    )
     return top
 
 
@@ -98,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_port=args.metrics_port,
             clusterwide=args.all_namespaces,
             network_isolation=args.network_isolation,
+            progress_address=args.progress_address,
+            progress_url=args.progress_url
+            or (f"http://{args.progress_address}" if args.progress_address else None),
         ),
     )
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..decide import kubelet_events
 from ..decide.conditions import parse_time
+from ..decide.progress_report import summary
 from ..model import constants as c
 from ..model.workers import STARTING, observe
 
@@ -62,6 +63,9 @@ def render_status(
         lines[0] += (  # elastic: the live world size, and the workers replaced alone
             f"  world={status.get('worldSize', 0)}  replacements={status.get('replacements', 0)}"
         )
+    if status.get("progress"):
+        phase = status.get("phase")
+        lines.append(f"  progress: {summary(status['progress'], phase, now or datetime.now(UTC))}")
     for cond in status.get("conditions") or []:
         if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from ..decide import kubelet_events
 from ..manifests.builders import trainer_index
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
-from . import jobview, localrun
+from . import jobview, localrun, topview
 
 
 def load_job(path: str) -> dict[str, Any]:
@@ -102,6 +104,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    api, ns = _api(args)
+    namespaced = not args.all_namespaces
+    try:
+        while True:
+            if namespaced:
+                found = api.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL)
+            else:
+                found = api.custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)
+            table = topview.render_top(found.get("items") or [], datetime.now(UTC), namespaced)
+            if args.once:
+                print(table)
+                return 0
+            print(f"\x1b[H\x1b[2J{table}", flush=True)  # redrawn in place
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     api, ns = _api(args)
     api.job(ns, args.name)  # fails clearly if there is no such job
@@ -169,6 +190,12 @@ def parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=None, help="last N lines of each worker")
     _cluster_flags(logs)
     logs.set_defaults(func=cmd_logs)
+    top_ = sub.add_parser("top", help="the jobs and their training's progress, live")
+    top_.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    top_.add_argument("--once", action="store_true", help="print the table once and exit")
+    top_.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    _cluster_flags(top_)
+    top_.set_defaults(func=cmd_top)
     submit = sub.add_parser("submit", help="create a DDPJob from a manifest file")
     submit.add_argument("file", help="manifest with a DDPJob ('-' for stdin)")
     _cluster_flags(submit)

@@ -18,6 +18,9 @@ MANAGER = "ddp-operator"
 # Prefix for kopf's own bookkeeping (finalizer, progress and diff-base annotations).
 FINALIZER = f"{GROUP}/finalizer"
 
+# The audience of the pod-bound tokens worker pods report progress with (``progress_pod``).
+PROGRESS_AUDIENCE = f"{GROUP}/progress"
+
 TRAINER_CONTAINER = "trainer"
 WORKER_ROLE = "worker"
 SHM_VOLUME = "ddp-shm"

@@ -1,0 +1,114 @@
+"""Where the training's progress reports land: each checked against the job's own pods, then
+written to the job's ``status.progress`` (at most once per WRITE_EVERY seconds a job, the latest
+report winning, but the last step at once) and its gauges.
+
+Only a pod the job controls, as the operator's watch sees it now, reports for the job: the sender
+is the pod the API server bound the report's token to (``progress_server``), so a pod of another
+job or namespace, or one already deleted, is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from ..api import metrics
+from ..api.kube import JobGone, Kube
+from ..api.progress_server import Sender
+from ..decide import progress_report
+from .registry import Runners
+from .runner import Key
+
+log = logging.getLogger(__name__)
+WRITE_EVERY = 5.0  # seconds between two writes of one job's progress at least
+
+
+class ProgressDesk:
+    """Takes reports (``accept``) and writes each job's latest to its status."""
+
+    def __init__(self, kube: Kube, runners: Runners) -> None:
+        self.kube, self.runners = kube, runners
+        self._latest: dict[Key, dict[str, Any]] = {}
+        self._written: dict[Key, float] = {}
+        self._later: dict[Key, asyncio.Task[None]] = {}
+        self._sent: dict[Key, dict[str, Any]] = {}  # what each job's status holds
+
+    def refusal(self, key: Key, sender: Sender) -> str:
+        """Why the sender may not report for the job ('' if it may)."""
+        job = f"ddpjob {key[0]}/{key[1]}"
+        if sender.namespace != key[0]:
+            return f"a pod of namespace {sender.namespace} cannot report for {job}"
+        runner = self.runners.job(key)
+        if runner is None:
+            return f"no {job} here"
+        uid = runner.body["metadata"].get("uid")
+        pods = self.runners.index.get(key)
+        if not any(p.uid == sender.pod_uid and p.owner_uid == uid for p in pods):
+            return f"pod {sender.pod} is no worker of {job}"
+        return ""
+
+    async def accept(
+        self, namespace: str, name: str, sender: Sender, payload: Any
+    ) -> tuple[int, str]:
+        """Answer one report: 202 once taken, else the HTTP status and why."""
+        key = (namespace, name)
+        refused = self.refusal(key, sender)
+        if refused:
+            metrics.PROGRESS_REPORTS.labels("refused").inc()
+            return 403, refused
+        try:
+            progress = progress_report.normalize(payload, datetime.now(UTC))
+        except progress_report.BadReport as exc:
+            metrics.PROGRESS_REPORTS.labels("invalid").inc()
+            return 400, f"bad report: {exc}"
+        metrics.PROGRESS_REPORTS.labels("accepted").inc()
+        metrics.job_progress(namespace, name, progress, time.time())
+        self._latest[key] = progress
+        wait = self._written.get(key, -WRITE_EVERY) + WRITE_EVERY - time.monotonic()
+        if wait > 0 and progress.get("percent") != 100.0:  # the last step goes at once
+            if key not in self._later:
+                self._later[key] = asyncio.create_task(self._write_later(key, wait))
+            return 202, "taken (written within seconds)"
+        try:
+            await self._write(key)
+        except ApiException as exc:
+            metrics.PROGRESS_REPORTS.labels("failed").inc()
+            return 503, f"cannot write the job's status: {exc.status} {exc.reason}"
+        return 202, "taken"
+
+    async def _write_later(self, key: Key, wait: float) -> None:
+        try:
+            await asyncio.sleep(wait)
+            await self._write(key)
+        except ApiException as exc:
+            log.warning("ddpjob %s/%s: progress not written: %s", *key, exc)
+        finally:
+            self._later.pop(key, None)
+
+    async def _write(self, key: Key) -> None:
+        progress = self._latest.pop(key, None)
+        runner = self.runners.job(key)
+        if progress is None or runner is None:
+            return
+        self._written[key] = time.monotonic()
+        old = self._sent.get(key) or (runner.body.get("status") or {}).get("progress")
+        patch = {"progress": progress_report.merge_patch(old, progress)}
+        with contextlib.suppress(JobGone):
+            await self.kube.patch_status(*key, patch)
+            self._sent[key] = progress
+
+    def forget(self, key: Key) -> None:
+        """The job is gone: drop what is kept of it."""
+        self._latest.pop(key, None)
+        self._written.pop(key, None)
+        self._sent.pop(key, None)
+        task = self._later.pop(key, None)
+        if task is not None:
+            task.cancel()
+        metrics.forget_job(*key)

@@ -1,0 +1,136 @@
+"""The training's own progress (``ddp_operator.progress.report`` in the script): a report checked
+and bounded into ``status.progress``, and how it reads (percent, ETA, stale)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from .conditions import format_time, parse_time
+
+MAX_METRICS = 8
+METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
+MAX_STEP = 2**53  # JSON numbers stay exact
+STALE_AFTER = 300.0  # seconds without a report before a running job's progress reads as stale
+
+
+class BadReport(ValueError):
+    """A report that is not one: its message names the field."""
+
+
+def _count(payload: Mapping[str, Any], field: str, least: int) -> int | None:
+    value = payload.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_STEP:
+        raise BadReport(f"{field} must be an integer from {least} to {MAX_STEP}, not {value!r}")
+    return value
+
+
+def _metrics(raw: Any) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise BadReport("metrics must be an object of names to numbers")
+    if len(raw) > MAX_METRICS:
+        raise BadReport(f"metrics: at most {MAX_METRICS}, not {len(raw)}")
+    out: dict[str, float] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not METRIC_NAME.match(name):
+            raise BadReport(f"metrics: {name!r} is no metric name ({METRIC_NAME.pattern})")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise BadReport(f"metrics.{name} must be a finite number, not {value!r}")
+        out[name] = float(value)
+    return out
+
+
+def normalize(payload: Any, now: datetime) -> dict[str, Any]:
+    """``status.progress`` from a report's JSON, or BadReport naming the field at fault."""
+    if not isinstance(payload, Mapping):
+        raise BadReport("a report is a JSON object")
+    step = _count(payload, "step", 0)
+    if step is None:
+        raise BadReport("step is required")
+    total = _count(payload, "total", 1)
+    eta = _count(payload, "etaSeconds", 0)
+    attempt = _count(payload, "attempt", 0)
+    progress: dict[str, Any] = {"step": step, "metrics": _metrics(payload.get("metrics"))}
+    if total is not None:
+        progress["total"] = total
+        progress["percent"] = round(min(100.0, 100.0 * step / total), 1)
+    if eta is not None and total is not None:
+        progress["etaSeconds"] = 0 if step >= total else eta
+        progress["eta"] = duration(progress["etaSeconds"])
+    if attempt is not None:
+        progress["attempt"] = attempt
+    progress["updated"] = format_time(now)
+    return progress
+
+
+def duration(seconds: float) -> str:
+    """A short human duration: 45s, 3m10s, 2h5m, 3d4h."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s" if s % 60 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60}m" if s % 3600 // 60 else f"{s // 3600}h"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def age(progress: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds since the report was taken (None: no report)."""
+    updated = parse_time(progress.get("updated"))
+    return None if updated is None else (now - updated).total_seconds()
+
+
+def stale(progress: Mapping[str, Any], phase: str | None, now: datetime) -> bool:
+    """A running job whose last report is older than STALE_AFTER: its ETA no longer holds."""
+    seconds = age(progress, now)
+    return phase in ("Running", "Restarting") and seconds is not None and seconds > STALE_AFTER
+
+
+def summary(progress: Mapping[str, Any] | None, phase: str | None, now: datetime) -> str:
+    """One line: ``42.0% (step 420/1000)  eta 3m10s  loss=0.12`` and, if so, stale."""
+    if not progress:
+        return "no report"
+    step, total = progress.get("step"), progress.get("total")
+    parts = [
+        f"{float(progress['percent']):.1f}% (step {step}/{total})" if total else f"step {step}"
+    ]
+    if progress.get("eta") and phase not in ("Succeeded", "Failed"):
+        parts.append(f"eta {progress['eta']}")
+    metrics = progress.get("metrics") or {}
+    parts += [f"{k}={v:.4g}" for k, v in metrics.items()]
+    seconds = age(progress, now)
+    if stale(progress, phase, now) and seconds is not None:
+        parts.append(f"STALE: last report {duration(seconds)} ago")
+    return "  ".join(parts)
+
+
+def same_but_progress(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Two versions of a job that differ in status.progress at most (a report: nothing for the
+    job's loop to do)."""
+
+    def rest(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        status = {k: v for k, v in (body.get("status") or {}).items() if k != "progress"}
+        meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}
+        return meta, body.get("spec"), status
+
+    return rest(old) == rest(new)
+
+
+def merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch of ``status.progress`` that leaves exactly ``new`` (what a report left
+    out, an earlier metric or ETA, is removed)."""
+    old = old or {}
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    patch.update(new)
+    gone = {k: None for k in old.get("metrics") or {} if k not in new.get("metrics", {})}
+    patch["metrics"] = {**gone, **(new.get("metrics") or {})}
+    return patch

@@ -1,0 +1,198 @@
+"""Progress reporting for training scripts: ``report(step, total, loss=..., samples_per_s=...)``
+puts the job's progress on its DDPJob (``status.progress``, ``kubectl get ddpj``, the operator's
+metrics).
+
+Call it on every rank, as often as you like: only rank 0 reports, at most once per
+``DDP_PROGRESS_INTERVAL`` seconds (10 by default; the last step is sent at once), from a
+background thread. It never blocks training and never raises: with the operator down, no
+network, or no ``DDP_PROGRESS_URL`` (a run outside a DDPJob), the script runs on as before and
+says so once on stderr.
+
+The standard library only: the trainer image carries this file; copy it into any other image
+(``ddp_operator/progress.py`` on the ``PYTHONPATH``). The operator gives each worker pod the URL
+(``DDP_PROGRESS_URL``) and a token of the pod's own, bound to it (``DDP_PROGRESS_TOKEN``, a file):
+only the job's own pods can report for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+URL_ENV = "DDP_PROGRESS_URL"
+TOKEN_ENV = "DDP_PROGRESS_TOKEN"
+INTERVAL_ENV = "DDP_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL = 10.0
+TIMEOUT = 5.0  # seconds one report may take
+MAX_METRICS = 8
+
+
+def _rank() -> int:
+    """This process's global rank: torch.distributed's once initialised, else RANK, else 0."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # (a broken torch must not stop training)
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+class Reporter:
+    """Sends the latest report of this process, rate-limited, from a daemon thread."""
+
+    def __init__(
+        self, url: str | None, token_file: str | None, interval: float = DEFAULT_INTERVAL
+    ) -> None:
+        self.url, self.token_file, self.interval = url, token_file, interval
+        self._cond = threading.Condition()
+        self._pending: dict[str, Any] | None = None
+        self._final = False
+        self._sent_at = -math.inf
+        self._first: tuple[float, int] | None = None  # (time, step) of this process's first
+        self._thread: threading.Thread | None = None
+        self._said: set[str] = set()
+        self._sending = threading.Lock()  # one report at a time: they arrive in order
+        self._busy = False  # the thread has taken a report it has not sent yet
+        self.sent = 0  # reports the operator accepted
+
+    def say_once(self, what: str, message: str) -> None:
+        """One line on stderr per kind of trouble: the training output stays readable."""
+        if what not in self._said:
+            self._said.add(what)
+            print(f"ddp progress: {message}; training goes on", file=sys.stderr, flush=True)
+
+    def report(self, step: int, total: int | None = None, **metrics: Any) -> None:
+        """Queue a report (rank 0 only); the newest replaces one not sent yet."""
+        try:
+            if _rank() != 0:
+                return
+            if not self.url:
+                self.say_once("url", f"{URL_ENV} is not set (not in a DDPJob): not reported")
+                return
+            payload = self._payload(int(step), total, metrics)
+            with self._cond:
+                self._pending = payload
+                self._final = total is not None and int(step) >= int(total)
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="ddp-progress", daemon=True
+                    )
+                    self._thread.start()
+                    atexit.register(self.flush)
+                self._cond.notify()
+        except Exception as exc:  # (never raise into the training loop)
+            self.say_once("report", f"report({step!r}) failed: {exc}")
+
+    def _payload(self, step: int, total: Any, metrics: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        if self._first is None or step < self._first[1]:
+            self._first = (now, step)  # a new process or a resumed run: the rate starts anew
+        payload: dict[str, Any] = {"step": step}
+        if total is not None:
+            payload["total"] = int(total)
+            t0, s0 = self._first
+            if step > s0 and now > t0:
+                rate = (step - s0) / (now - t0)
+                payload["etaSeconds"] = max(0, round((int(total) - step) / rate))
+        values = {k: _number(v) for k, v in metrics.items()}
+        payload["metrics"] = {k: v for k, v in values.items() if v is not None}
+        if len(payload["metrics"]) > MAX_METRICS:
+            self.say_once("metrics", f"more than {MAX_METRICS} metrics: the first kept")
+            payload["metrics"] = dict(list(payload["metrics"].items())[:MAX_METRICS])
+        if os.environ.get("DDP_ATTEMPT", "").isdigit():
+            payload["attempt"] = int(os.environ["DDP_ATTEMPT"])
+        return payload
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None:
+                    self._cond.wait()
+                wait = self._sent_at + self.interval - time.monotonic()
+                if wait > 0 and not self._final:
+                    self._cond.wait(wait)
+                    continue  # a newer report may have come, or the final one
+                payload, self._pending = self._pending, None
+                self._sent_at = time.monotonic()
+                self._busy = True
+            try:
+                self._send(payload)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _send(self, payload: dict[str, Any]) -> bool:
+        with self._sending:
+            return self._post(payload)
+
+    def _post(self, payload: dict[str, Any]) -> bool:
+        try:
+            headers = {"Content-Type": "application/json"}
+            if self.token_file:
+                with open(self.token_file, encoding="utf-8") as f:
+                    headers["Authorization"] = "Bearer " + f.read().strip()
+            body = json.dumps(payload).encode()
+            request = urllib.request.Request(self.url or "", body, headers, method="POST")
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+                response.read()
+            self.sent += 1
+            return True
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:200]
+            self.say_once(f"http-{exc.code}", f"the operator refused a report: {exc.code} {detail}")
+        except Exception as exc:  # (the operator down, no network: go on)
+            self.say_once("send", f"cannot reach the operator at {self.url}: {exc}")
+        return False
+
+    def flush(self) -> None:
+        """Send a report still waiting now, once, after the one on its way (at exit: the last
+        step reaches the job before the interpreter stops the sending thread)."""
+        deadline = time.monotonic() + TIMEOUT
+        with self._cond:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            payload, self._pending = self._pending, None
+        if payload is not None:
+            self._send(payload)
+
+
+_reporter: Reporter | None = None
+
+
+def reporter() -> Reporter:
+    """The process's reporter, configured from the environment the operator gives the pod."""
+    global _reporter
+    if _reporter is None:
+        try:
+            interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
+        except ValueError:
+            interval = DEFAULT_INTERVAL
+        _reporter = Reporter(os.environ.get(URL_ENV), os.environ.get(TOKEN_ENV), interval)
+    return _reporter
+
+
+def report(step: int, total: int | None = None, **metrics: Any) -> None:
+    """Report training progress: ``step`` of ``total`` and up to 8 numeric metrics (e.g.
+    ``loss=0.12, samples_per_s=5400``). Every rank may call it; rank 0's reports count."""
+    reporter().report(step, total, **metrics)

@@ -1,0 +1,147 @@
+"""The training scripts' reporter (ddp_operator.progress) against a real HTTP server here: rank
+0 only, rate-limited with the last step at once, never raising, never blocking, saying once."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ddp_operator import progress
+
+from harness.cluster import wait_for
+
+
+class Endpoint(http.server.ThreadingHTTPServer):
+    """Takes reports (or answers ``code``), keeping them and their Authorization headers."""
+
+    def __init__(self, code: int = 202) -> None:
+        self.code, self.got, self.auth = code, [], []
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                endpoint.got.append(json.loads(body))
+                endpoint.auth.append(self.headers.get("Authorization"))
+                self.send_response(endpoint.code)
+                self.end_headers()
+                self.wfile.write(b"no worker of that job\n" if endpoint.code >= 400 else b"")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1/namespaces/n/ddpjobs/j/progress"
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    e = Endpoint()
+    yield e
+    e.shutdown()
+
+
+def test_rank_0_reports_the_latest_at_most_once_an_interval_and_the_last_step_at_once(
+    endpoint: Endpoint, tmp_path, monkeypatch
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("tok\n")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("DDP_ATTEMPT", "2")
+    r = progress.Reporter(endpoint.url, str(token), interval=0.5)
+    t0 = time.monotonic()
+    for step in range(1, 101):
+        r.report(step, 100, loss=1 / step, samples_per_s=10.0, bad="x")
+        time.sleep(0.01)
+    took = time.monotonic() - t0
+    wait_for(lambda: endpoint.got and endpoint.got[-1]["step"] == 100, 5, what="the last step")
+    assert took < 1.5  # 100 steps of 10 ms: reporting held nothing up
+    steps = [g["step"] for g in endpoint.got]
+    assert steps[0] == 1 and steps == sorted(steps) and 3 <= len(steps) <= 5, steps
+    last = endpoint.got[-1]
+    assert last["total"] == 100 and last["etaSeconds"] == 0 and last["attempt"] == 2
+    assert last["metrics"] == {"loss": 0.01, "samples_per_s": 10.0}  # "x" is no number
+    assert set(endpoint.auth) == {"Bearer tok"}
+    mid = endpoint.got[1]
+    assert 0 < mid["etaSeconds"] < 5  # the rate of this process: ~100 steps a second
+
+
+def test_other_ranks_report_nothing(endpoint: Endpoint, monkeypatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    r = progress.Reporter(endpoint.url, None, interval=0)
+    r.report(5, 10)
+    r.flush()
+    time.sleep(0.3)
+    assert endpoint.got == []
+
+
+def test_no_operator_no_url_or_a_refusal_is_said_once_and_never_raised(
+    endpoint: Endpoint, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("RANK", "0")
+    unset = progress.Reporter(None, None)
+    down = progress.Reporter("http://127.0.0.1:9/nothing", None, interval=0)
+    endpoint.code = 403
+    refused = progress.Reporter(endpoint.url, "/no/such/token", interval=0)
+    for step in range(3):
+        for r in (unset, down, refused):
+            r.report(step, 3)
+            r.flush()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3, err
+    assert "DDP_PROGRESS_URL is not set" in err[0] and err[0].endswith("training goes on")
+    assert "cannot reach the operator at http://127.0.0.1:9/nothing" in err[1]
+    assert "/no/such/token" in err[2]  # the token file is missing: said, not raised
+
+
+def test_report_configured_from_the_env(endpoint: Endpoint, monkeypatch) -> None:
+    monkeypatch.setenv(progress.URL_ENV, endpoint.url)
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0.1")
+    monkeypatch.delenv("RANK", raising=False)  # a single process: rank 0
+    monkeypatch.setattr(progress, "_reporter", None)
+    progress.report(7, 7)
+    wait_for(lambda: endpoint.got, 5, what="a report")
+    assert endpoint.got[0]["step"] == 7 and endpoint.got[0]["metrics"] == {}
+
+
+def test_the_last_step_reaches_the_job_though_the_script_exits_at_once(tmp_path) -> None:
+    """The interpreter stops the sending thread at exit: a report on its way still goes out
+    first. A real process whose every report takes 0.3 s to send (its token file is a pipe
+    this test answers slowly), exiting while the last one is on its way."""
+    endpoint = Endpoint()
+    token = tmp_path / "token"
+    os.mkfifo(token)
+    stop = threading.Event()
+
+    def answer_slowly() -> None:
+        while not stop.is_set():
+            with open(token, "w") as f:  # waits for the reader: one report being sent
+                time.sleep(0.3)
+                f.write("tok")
+
+    threading.Thread(target=answer_slowly, daemon=True).start()
+    script = "from ddp_operator.progress import report\nimport time\n"
+    script += "for i in range(1, 51): report(i, 50)\ntime.sleep(0.4)\n"
+    env = {**os.environ, progress.URL_ENV: endpoint.url, progress.TOKEN_ENV: str(token)}
+    env |= {progress.INTERVAL_ENV: "0.1", "RANK": "0"}
+    try:
+        subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=30)
+        assert endpoint.got[-1]["step"] == 50, endpoint.got
+    finally:
+        stop.set()
+        endpoint.shutdown()
+        with contextlib.suppress(OSError):  # let the answering thread go
+            os.close(os.open(token, os.O_RDONLY | os.O_NONBLOCK))

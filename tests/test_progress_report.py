@@ -1,0 +1,85 @@
+"""A progress report checked and bounded into status.progress, and how it reads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ddp_operator.decide import progress_report as pr
+
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+
+
+def test_a_report_becomes_status_progress() -> None:
+    got = pr.normalize(
+        {"step": 42, "total": 120, "etaSeconds": 190, "attempt": 1, "metrics": {"loss": 0.5}}, NOW
+    )
+    assert got == {
+        "step": 42,
+        "total": 120,
+        "percent": 35.0,
+        "etaSeconds": 190,
+        "eta": "3m10s",
+        "attempt": 1,
+        "metrics": {"loss": 0.5},
+        "updated": "2026-11-25T12:00:00Z",
+    }
+    done = pr.normalize({"step": 130, "total": 120, "etaSeconds": 5}, NOW)
+    assert done["percent"] == 100.0 and done["eta"] == "0s"
+    assert "percent" not in pr.normalize({"step": 3}, NOW)
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ([], "JSON object"),
+        ({}, "step is required"),
+        ({"step": -1}, "step must be"),
+        ({"step": 1.5}, "step must be"),
+        ({"step": True}, "step must be"),
+        ({"step": 1, "total": 0}, "total must be"),
+        ({"step": 1, "metrics": {"a b": 1}}, "'a b' is no metric name"),
+        ({"step": 1, "metrics": {"loss": float("nan")}}, "metrics.loss must be a finite"),
+        ({"step": 1, "metrics": {"loss": "1"}}, "metrics.loss must be a finite"),
+        ({"step": 1, "metrics": {f"m{i}": i for i in range(9)}}, "at most 8"),
+    ],
+)
+def test_bad_reports_are_refused_naming_the_field(payload: object, field: str) -> None:
+    with pytest.raises(pr.BadReport, match=field):
+        pr.normalize(payload, NOW)
+
+
+def test_durations() -> None:
+    assert [pr.duration(s) for s in (0, 59, 60, 190, 3600, 7500, 90000)] == [
+        "0s", "59s", "1m", "3m10s", "1h", "2h5m", "1d1h"
+    ]  # fmt: skip
+
+
+def test_summary_says_stale_on_a_running_job_only() -> None:
+    p = pr.normalize({"step": 5, "total": 10, "etaSeconds": 60, "metrics": {"loss": 0.25}}, NOW)
+    assert pr.summary(p, "Running", NOW) == "50.0% (step 5/10)  eta 1m  loss=0.25"
+    later = NOW + timedelta(minutes=6)
+    assert pr.summary(p, "Running", later).endswith("STALE: last report 6m ago")
+    assert pr.summary(p, "Succeeded", later) == "50.0% (step 5/10)  loss=0.25"
+    assert pr.summary(None, "Running", NOW) == "no report"
+
+
+def test_a_patch_leaves_exactly_the_new_report() -> None:
+    old = pr.normalize({"step": 1, "total": 9, "etaSeconds": 8, "metrics": {"a": 1, "b": 2}}, NOW)
+    new = pr.normalize({"step": 2, "metrics": {"b": 3}}, NOW)
+    patch = pr.merge_patch(old, new)
+    assert patch["metrics"] == {"a": None, "b": 3.0}
+    assert patch["total"] is None and patch["eta"] is None and patch["step"] == 2
+
+
+def test_a_report_alone_leaves_the_loop_asleep() -> None:
+    job = {"metadata": {"generation": 1, "resourceVersion": "1"}, "spec": {"nodes": 2}}
+    reported = {
+        **job,
+        "metadata": {"generation": 1, "resourceVersion": "2"},
+        "status": {"progress": {"step": 1}},
+    }
+    assert pr.same_but_progress(job, reported)
+    assert not pr.same_but_progress(job, {**reported, "status": {"phase": "Running"}})
+    assert not pr.same_but_progress(job, {**job, "spec": {"nodes": 3}})

@@ -1,0 +1,30 @@
+"""Who sent a report: the pod a TokenReview's answer names (the API server's answers as the
+real one gives them are checked on the real node: test_realnode_progress)."""
+
+from __future__ import annotations
+
+from ddp_operator.api.progress_server import Sender, sender_of
+
+POD = {
+    "authenticated": True,
+    "user": {
+        "username": "system:serviceaccount:team-a:default",
+        "extra": {
+            "authentication.kubernetes.io/pod-name": ["j-worker-0"],
+            "authentication.kubernetes.io/pod-uid": ["uid-0"],
+        },
+    },
+}
+
+
+def test_a_pod_token_names_its_pod() -> None:
+    assert sender_of({"status": POD}) == Sender("team-a", "j-worker-0", "uid-0")
+
+
+def test_other_tokens_are_refused_saying_why() -> None:
+    rejected = sender_of({"status": {"authenticated": False, "error": "token has expired"}})
+    assert rejected.refused == "the token is not valid: token has expired"
+    user = {**POD, "user": {"username": "alice", "extra": {}}}
+    assert sender_of({"status": user}).refused == "the token is no pod's service account token"
+    unbound = {**POD, "user": {**POD["user"], "extra": {}}}
+    assert "no pod's" in sender_of({"status": unbound}).refused

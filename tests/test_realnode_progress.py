@@ -1,0 +1,235 @@
+"""The training's progress on its job, from real torch processes on the real node: the example
+script (examples/scripts/progress_train.py) reports with ``ddp_operator.progress.report``, the
+operator checks each report's pod-bound token with the API server's TokenReview and puts the
+latest on ``status.progress``, the printer columns, ``kubectl ddp status`` and its metrics. A pod
+of another job or namespace is refused; the operator killed mid-run costs the training nothing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_metrics import scrape
+
+from harness import jobs
+from harness.cluster import Cluster, tool, wait_for
+from harness.operator import OperatorProcess, free_port
+from harness.realnode import kubectl_ddp, pod_on_real_node, trainer_job, wait_pod_done
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
+
+GATEWAY = "198.18.0.1"  # the pod network's bridge on this host: pods reach the operator there
+SCRIPT = "examples/scripts/progress_train.py"
+TRAINED = re.compile(r"TRAINED steps=(\d+) .* max_step_gap=([\d.]+)")
+
+
+class Reporting:
+    """An operator with the progress endpoint (and metrics), watching a namespace of its own."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.cluster, self.ns = cluster, ns
+        self.port, self.metrics = free_port(), free_port()
+        self.args = ("--progress-address", f"{GATEWAY}:{self.port}")
+        self.args += ("--metrics-port", str(self.metrics))
+        self.op = self.start()
+
+    def start(self) -> OperatorProcess:
+        op = OperatorProcess(self.cluster, self.ns, *self.args).start()
+        op.wait_ready()
+        return op
+
+    def url(self, job: str) -> str:
+        return f"http://{GATEWAY}:{self.port}/v1/namespaces/{self.ns}/ddpjobs/{job}/progress"
+
+
+@pytest.fixture(scope="module")
+def reporting(cluster: Cluster, crd: str, images: dict[str, str]) -> Iterator[Reporting]:
+    ns = f"rp-{uuid.uuid4().hex[:6]}"  # not one the session's operator watches
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
+    r = Reporting(cluster, ns)
+    try:
+        yield r
+    finally:
+        r.op.stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def progress_job(name: str, ns: str, image: str, steps: int, step_time: float) -> dict:
+    """2 workers x 2 torchrun processes of the example, reporting every second."""
+    args = ["torchrun", SCRIPT, "--steps", str(steps), "--step-time", str(step_time)]
+    job = trainer_job(name, ns, image, args, procsPerNode=2)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "DDP_PROGRESS_INTERVAL", "value": "1"}]
+    return job
+
+
+def progress(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    return ((jobs.get(cluster, ns, name) or {}).get("status") or {}).get("progress") or {}
+
+
+def worker_log(cluster: Cluster, ns: str, pod: str) -> str:
+    return cluster.core.read_namespaced_pod_log(pod, ns, container="trainer")
+
+
+@pytest.fixture(scope="module")
+def reported(cluster: Cluster, reporting: Reporting, images: dict[str, str]) -> dict[str, Any]:
+    """The example run to Succeeded, with the percents its status showed on the way."""
+    ns, name, steps = reporting.ns, "reported", 150
+    jobs.apply(cluster, progress_job(name, ns, images["trainer"], steps, 0.1))
+    seen: list[float] = []
+
+    def done() -> bool:
+        p = progress(cluster, ns, name).get("percent")
+        if p is not None and (not seen or seen[-1] != p):
+            seen.append(p)
+        return (jobs.get(cluster, ns, name) or {}).get("status", {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        )
+
+    wait_for(done, timeout=300, interval=0.5, what="the job to finish")
+    return {"ns": ns, "name": name, "steps": steps, "seen": seen}
+
+
+def test_progress_rises_to_100_on_the_job_its_columns_and_metrics(
+    cluster: Cluster, reporting: Reporting, reported: dict[str, Any]
+) -> None:
+    ns, name, steps = reported["ns"], reported["name"], reported["steps"]
+    job = wait_for(
+        lambda: (
+            (j := jobs.get(cluster, ns, name) or {})["status"].get("progress", {}).get("step")
+            == steps
+            and j
+        ),
+        timeout=15,
+        what="the last step on the job",
+    )
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    p = job["status"]["progress"]
+    assert p["step"] == steps and p["total"] == steps and p["percent"] == 100.0, p
+    assert p["etaSeconds"] == 0 and p["attempt"] == 0, p
+    assert set(p["metrics"]) == {"loss", "samples_per_s"} and p["metrics"]["loss"] < 1.0, p
+    seen = reported["seen"]
+    assert len(seen) >= 3 and seen == sorted(seen) and 0 < seen[0] < 100, seen
+    # The printer columns.
+    kubectl = [tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig), "-n", ns]
+    out = subprocess.run([*kubectl, "get", "ddpj", name], capture_output=True, text=True).stdout
+    head, row = out.splitlines()[:2]
+    assert head.split()[-2:] == ["PROGRESS", "ETA"], out
+    assert row.split()[-2] in ("100", "100.0") and row.split()[-1] == "0s", out
+    status = kubectl_ddp(cluster, "status", name, "-n", ns)
+    assert f"progress: 100.0% (step {steps}/{steps})  loss=" in status, status
+    top = kubectl_ddp(cluster, "top", "--once", "-n", ns)
+    line = next(x for x in top.splitlines() if x.startswith(f"{name} "))
+    assert "Succeeded" in line and f"[{'#' * 20}] 100.0%  {steps}/{steps}" in line, top
+    # The metrics, by job.
+    m = scrape(reporting.metrics)
+    labels = f'job="{name}",namespace="{ns}"'
+    assert m[f"ddp_job_progress_ratio{{{labels}}}"] == 1.0
+    assert m[f"ddp_job_step{{{labels}}}"] == steps
+    loss = f'ddp_job_metric{{job="{name}",name="loss",namespace="{ns}"}}'  # labels sorted
+    assert m[loss] == p["metrics"]["loss"]
+    assert m['ddp_operator_progress_reports_total{result="accepted"}'] >= len(seen)
+    # Rank 0 only: the other rank's processes reported nothing (one process a second at most).
+    log = worker_log(cluster, ns, f"{name}-worker-0")
+    assert int(TRAINED.search(log).group(1)) == steps, log
+    assert "ddp progress:" not in log + worker_log(cluster, ns, f"{name}-worker-1"), log
+
+
+POST = """
+import json, sys, urllib.request, urllib.error
+token = open("/var/run/secrets/ddp-operator.io/progress/token").read().strip()
+req = urllib.request.Request(sys.argv[1], json.dumps({"step": 1, "total": 2}).encode(),
+    {"Authorization": "Bearer " + token, "Content-Type": "application/json"}, method="POST")
+try:
+    r = urllib.request.urlopen(req, timeout=10); print("ANSWER", r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print("ANSWER", e.code, e.read().decode())
+"""
+
+
+def answer(cluster: Cluster, ns: str, pod: str) -> tuple[int, str]:
+    names = lambda: {p.metadata.name for p in cluster.core.list_namespaced_pod(ns).items}  # noqa: E731
+    wait_for(lambda: pod in names(), timeout=60, what=f"pod {pod}")
+    wait_pod_done(cluster, ns, pod)
+    container = "trainer" if pod.startswith("other") else "main"
+    log = cluster.core.read_namespaced_pod_log(pod, ns, container=container)
+    found = re.search(r"ANSWER (\d+) (.*)", log)
+    assert found, log
+    return int(found.group(1)), found.group(2)
+
+
+def test_a_pod_of_another_job_or_namespace_is_refused(
+    cluster: Cluster, reporting: Reporting, reported: dict[str, Any], images: dict[str, str]
+) -> None:
+    ns, name = reported["ns"], reported["name"]
+    before = progress(cluster, ns, name)
+    # A worker of another job, with its own (valid) token, reports for this one.
+    other = trainer_job("other", ns, images["trainer"], ["python", "-c", POST, reporting.url(name)])
+    other["spec"]["nodes"] = 1
+    jobs.apply(cluster, other)
+    code, why = answer(cluster, ns, "other-worker-0")
+    assert code == 403 and f"pod other-worker-0 is no worker of ddpjob {ns}/{name}" in why, why
+    # A pod of another namespace with a token of the same audience.
+    foreign = f"{ns}-x"
+    cluster.core.create_namespace({"metadata": {"name": foreign}})
+    try:
+        wait_for(lambda: cluster.core.list_namespaced_service_account(foreign).items, what="sa")
+        token = {"audience": "ddp-operator.io/progress", "expirationSeconds": 600, "path": "token"}
+        pod = pod_on_real_node(
+            "foreign",
+            images["trainer"],
+            ["python", "-c", POST, reporting.url(name)],
+            volumes=[{"name": "t", "projected": {"sources": [{"serviceAccountToken": token}]}}],
+        )
+        pod["spec"]["containers"][0]["volumeMounts"] = [
+            {"name": "t", "mountPath": "/var/run/secrets/ddp-operator.io/progress"}
+        ]
+        cluster.core.create_namespaced_pod(foreign, pod)
+        code, why = answer(cluster, foreign, "foreign")
+        assert code == 403 and f"a pod of namespace {foreign} cannot report" in why, why
+    finally:
+        cluster.core.delete_namespace(foreign, propagation_policy="Background")
+    # No token at all, or one the API server did not issue.
+    for auth in ({}, {"Authorization": "Bearer not-a-token"}):
+        req = urllib.request.Request(reporting.url(name), b'{"step": 1}', auth, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == 401, (auth, refused.value.read())
+    assert progress(cluster, ns, name) == before
+
+
+def test_the_operator_killed_mid_run_costs_the_training_nothing(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Killed while the job trains: the script goes on at its pace (its longest step gap stays
+    near its step time), says once that it cannot report, and the restarted operator takes the
+    reports again up to 100%."""
+    ns, name, steps = reporting.ns, "unstalled", 300
+    jobs.apply(cluster, progress_job(name, ns, images["trainer"], steps, 0.1))
+    first = wait_for(
+        lambda: (p := progress(cluster, ns, name)).get("step") and p, 240, what="a report"
+    )
+    reporting.op.kill()
+    try:
+        wait_for(
+            lambda: "cannot reach the operator" in worker_log(cluster, ns, f"{name}-worker-0"),
+            timeout=30,
+            what="the script to notice",
+        )
+    finally:
+        reporting.op = reporting.start()
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
+    p = done["status"]["progress"]
+    assert p["step"] == steps > first["step"] and p["percent"] == 100.0, (first, p)
+    log = worker_log(cluster, ns, f"{name}-worker-0")
+    trained = TRAINED.search(log)
+    assert trained and float(trained.group(2)) < 1.0, log  # 0.1 s steps: never held up
+    assert log.count("ddp progress: cannot reach the operator") == 1, log
