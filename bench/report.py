@@ -93,6 +93,8 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
             default=NAN,
         ),
         "rss_ratio_jobset": peak.get("jobset", NAN) / peak.get("ours", NAN),
+        # S8: the operator's CPU seconds per 1000 progress reports, over its idle baseline.
+        "s8_cpu_per_1000_reports": (res.get("s8") or {}).get("cpu_per_1000_reports", NAN),
     }
 
 
@@ -180,6 +182,15 @@ def table(res: dict[str, Any]) -> list[str]:
             f"{s4['running_s']:.1f} s; {s4['succeeded_s']:.1f} s | - | - | - | RSS {marks} "
             f"({s4['rss_kb_per_job']:.0f} KB per job), peak {s4['peak_rss_mb']:.0f} MB; "
             f"{s4['cpu_per_1000_pods']:.1f} CPU s per 1000 pods |"
+        )
+    if s8 := res.get("s8"):
+        rows.append(
+            f"| S8: {s8['jobs']} jobs reporting progress every 10 s for {s8['seconds']:.0f} s "
+            f"({s8['reports']} reports) | p50 {s8['p50_ms']:.0f} ms, p99 {s8['p99_ms']:.0f} ms | "
+            f"- | - | - | operator CPU {s8['cpu_s']:.1f} s (idle, same jobs: "
+            f"{s8['idle_cpu_s']:.1f} s): {s8['cpu_per_1000_reports']:.2f} s per 1000 reports; "
+            f"API requests {s8['requests']}; {s8['written']} of {s8['jobs']} jobs show their "
+            "last report |"
         )
     return rows
 

@@ -27,6 +27,7 @@ from podwatch import Stalled
 from report import CONTENDERS, spread_line, write
 from scenarios.completion import completion, percentile
 from scenarios.elastic import elastic_recovery
+from scenarios.progress import progress_cost
 from scenarios.recovery import available, recovery
 from scenarios.restart import restart
 from scenarios.scale import scale
@@ -46,6 +47,8 @@ QUICK = {
     "s5_nodes": 512,
     "s5l_nodes": 0,  # S5 at the larger size: full runs only
     "s6_nodes": 16,
+    "s8_jobs": 100,
+    "s8_window": 30,
 }
 FULL = {
     "s1_nodes": 256,
@@ -55,6 +58,8 @@ FULL = {
     "s5_nodes": 2048,
     "s5l_nodes": 4096,
     "s6_nodes": 64,
+    "s8_jobs": 1000,
+    "s8_window": 60,
 }
 S5 = ("raw", "ours", "jobset")  # Kubeflow's 20 requests per second would take minutes
 # The contenders run in interleaved rounds (ours, raw, Kubeflow, JobSet; again; again), each
@@ -175,6 +180,11 @@ def main() -> int:
             # The last scenario: its thousands of pods are left to go while the report is made.
             ours.cluster.drop(*ours.used, wait=False)
             log(f"S4: {res['s4']}")
+            log(f"S8: {sizes['s8_jobs']} jobs reporting progress, a fresh operator")
+            ours = Ours(cluster, pool)
+            with ours.running():
+                res["s8"] = progress_cost(ours, sizes["s8_jobs"], sizes["s8_window"])
+            log(f"S8: {res['s8']}")
         if "ours" in wanted:
             ours = Ours(cluster, pool)
             if available(ours):

@@ -35,6 +35,7 @@ KEYS = [
     "s7_elastic_speedup",
     "s5_ratio_jobset",
     "rss_ratio_jobset",
+    "s8_cpu_per_1000_reports",
 ]
 
 
@@ -63,6 +64,18 @@ def results(*contenders: str) -> dict[str, Any]:
             "rss_kb_per_job": 81.9,
             "peak_rss_mb": 101.0,
             "cpu_per_1000_pods": 30.0,
+        },
+        "s8": {
+            "jobs": 100,
+            "reports": 300,
+            "seconds": 30.0,
+            "written": 100,
+            "cpu_s": 9.0,
+            "idle_cpu_s": 3.0,
+            "cpu_per_1000_reports": 20.0,
+            "requests": {"patch_status": 300, "create_tokenreview": 100},
+            "p50_ms": 8.0,
+            "p99_ms": 40.0,
         },
         "s7": {
             "InPlace": [2.0, 1.0, 3.0],
@@ -95,6 +108,7 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["s7_elastic_speedup"] == "1.50"  # the group restart's median over the replacement's
     assert got["s5_ratio_jobset"] == "1.50"
     assert got["rss_ratio_jobset"] == "1.50"  # JobSet controller's peak RSS over ours
+    assert got["s8_cpu_per_1000_reports"] == "20.00"  # the operator's, over its idle baseline
 
 
 def test_a_contender_that_did_not_run_is_nan_never_a_number():

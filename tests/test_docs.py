@@ -32,6 +32,8 @@ NOT_REASONS = {
     # kinds, and the vocabulary of Events, conditions and HTTP
     "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "ConfigMap", "Ingress",
     "Warning", "Normal", "True", "False", "BearerToken", "Accept", "TokenReview", "Authorization",
+    # the SDK's names and its local jobs' last phase
+    "Client", "LocalClient", "SDKError", "JobFailed", "Deleted",
 }
 # fmt: on
 WORD = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$|^[A-Z][a-z]+$")

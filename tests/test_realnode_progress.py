@@ -17,10 +17,18 @@ from typing import Any
 import pytest
 from test_metrics import scrape
 
+from ddp_operator.sdk import Client, SDKError, job_manifest
+
 from harness import jobs
 from harness.cluster import Cluster, tool, wait_for
 from harness.operator import OperatorProcess, free_port
-from harness.realnode import kubectl_ddp, pod_on_real_node, trainer_job, wait_pod_done
+from harness.realnode import (
+    for_real_node,
+    kubectl_ddp,
+    pod_on_real_node,
+    trainer_job,
+    wait_pod_done,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
 
@@ -233,3 +241,34 @@ def test_the_operator_killed_mid_run_costs_the_training_nothing(
     trained = TRAINED.search(log)
     assert trained and float(trained.group(2)) < 1.0, log  # 0.1 s steps: never held up
     assert log.count("ddp progress: cannot reach the operator") == 1, log
+
+
+def test_the_sdk_submits_waits_suspends_resumes_reads_logs_and_progress_and_deletes(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    client = Client(namespace=reporting.ns, kubeconfig=str(cluster.kubeconfig))
+    job = job_manifest(
+        "examples/scripts/progress_train.py",
+        image=images["trainer"],
+        nodes=2,
+        procs_per_node=2,
+        name="sdk",
+        args=["--steps", "40", "--step-time", "0.05"],
+    )
+    name = client.submit(for_real_node(job, images["trainer"]))
+    client.wait(name, "Running", timeout=120)
+    client.suspend(name)
+    client.wait(name, "Suspended", timeout=60)
+    client.resume(name)
+    done = client.wait(name, timeout=240)
+    assert done["status"]["restarts"] == 0  # a resume is no restart
+    assert client.progress(name)["step"] == 40  # written at once: the last step
+    assert "TRAINED steps=40" in client.logs(name, worker=0)
+    assert "worker-1 | " in client.logs(name) and name in {
+        j["metadata"]["name"] for j in client.list()
+    }
+    with pytest.raises(SDKError, match="409"):
+        client.submit(for_real_node(job, images["trainer"]))
+    client.delete(name)
+    with pytest.raises(SDKError, match="404"):
+        wait_for(lambda: client.get(name) and None, timeout=30, what="the job gone")

@@ -20,7 +20,8 @@ from cluster import RESULTS, free_port, pod_spec, stop, wait_http
 from contenders.base import Contender, process_dead
 
 PREFIX = "bench-ours-"
-TAGS = ("s1", "s2", "s3", "s4", "s5", "s5l", "s6")  # the scenarios' namespaces: bench-ours-<tag>
+# The scenarios' namespaces: bench-ours-<tag>.
+TAGS = ("s1", "s2", "s3", "s4", "s5", "s5l", "s6", "s8")
 
 
 def ddpjob(name: str, ns: str, nodes: int, spec: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -35,9 +36,11 @@ def ddpjob(name: str, ns: str, nodes: int, spec: dict[str, Any] | None = None) -
 
 @contextlib.contextmanager
 def operator(
-    kubeconfig: str, pattern: str = f"{PREFIX}*", metrics_port: int = 0
+    kubeconfig: str, pattern: str = f"{PREFIX}*", metrics_port: int = 0, progress_port: int = 0
 ) -> Iterator[subprocess.Popen]:
-    """`ddp-operator run` for the namespaces matching ``pattern``, until the block ends."""
+    """`ddp-operator run` for the namespaces matching ``pattern``, until the block ends; its
+    progress endpoint on the loopback's ``progress_port`` (0: off)."""
+    progress = ["--progress-address", f"127.0.0.1:{progress_port}"] if progress_port else []
     port = free_port()
     log = RESULTS / "operator.log"
     with open(log, "ab") as logf:
@@ -52,6 +55,7 @@ def operator(
                 "--quiet",
                 "--metrics-port",
                 str(metrics_port),
+                *progress,
             ],
             env={**os.environ, "KUBECONFIG": kubeconfig},
             stdout=logf,
@@ -73,6 +77,7 @@ class Ours(Contender):
 
     proc: subprocess.Popen | None = None
     metrics_port = 0
+    progress_port = 0  # its progress endpoint, on as the chart has it (S8 reports to it)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -80,8 +85,12 @@ class Ours(Contender):
         # all from its start: a namespace made later would time kopf's discovery of it too.
         for tag in TAGS:
             self.used.add(self.cluster.namespace(f"bench-{self.name}-{tag}"))
-        self.metrics_port = free_port()
-        with operator(self.cluster.kubeconfig, metrics_port=self.metrics_port) as proc:
+        self.metrics_port, self.progress_port = free_port(), free_port()
+        with operator(
+            self.cluster.kubeconfig,
+            metrics_port=self.metrics_port,
+            progress_port=self.progress_port,
+        ) as proc:
             self.proc = proc
             try:
                 yield

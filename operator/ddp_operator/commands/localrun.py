@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -232,9 +232,13 @@ class LocalRun:
 
 
 def run(
-    job: JobSpec, out: IO[str] = sys.stdout, base_env: Mapping[str, str] | None = None
+    job: JobSpec,
+    out: IO[str] = sys.stdout,
+    base_env: Mapping[str, str] | None = None,
+    started: Callable[[LocalRun], None] | None = None,
 ) -> Outcome:
-    """Run the job locally; Ctrl-C stops every worker."""
+    """Run the job locally; Ctrl-C stops every worker. ``started`` is given the run once its
+    workers started (the SDK's local backend stops it with ``stop_all``)."""
     env = dict(os.environ if base_env is None else base_env)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
@@ -266,6 +270,8 @@ def run(
             signal.signal(signal.SIGTERM, interrupted)
         try:
             runner.start(specs, hosts if isolated else None)
+            if started is not None:
+                started(runner)
             return runner.wait()
         finally:
             runner.stop_all()

@@ -1,0 +1,19 @@
+"""The Python SDK: submit, follow and manage DDPJobs from Python or a notebook, on a cluster
+(``Client``) or as local processes (``LocalClient``: the ``kubectl ddp local`` runner, no
+cluster), with the same calls::
+
+    from ddp_operator.sdk import Client
+
+    client = Client()  # the kubeconfig's cluster and namespace
+    name = client.train("examples/scripts/progress_train.py", image=IMAGE, nodes=2)
+    client.wait(name, timeout=600)  # Succeeded, or JobFailed with the job's own message
+    print(client.progress(name), client.logs(name))
+
+Errors are exceptions carrying the API's message: ``SDKError``, and from ``wait`` ``JobFailed``
+or ``TimeoutError``.
+"""
+
+from .cluster import Client, JobFailed, SDKError, job_manifest
+from .local import LocalClient
+
+__all__ = ["Client", "JobFailed", "LocalClient", "SDKError", "job_manifest"]

@@ -1,0 +1,80 @@
+"""The Python SDK: the job a train() call makes, and the local backend running real torch
+processes (the cluster client is tested on the real node: test_realnode_progress)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_operator.sdk import JobFailed, LocalClient, SDKError, job_manifest
+
+
+def allreduce_and_report() -> None:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from ddp_operator.progress import report
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([dist.get_rank() + 1.0])
+    dist.all_reduce(t)
+    for step in range(1, 6):
+        report(step, 5, loss=1.0 / step)
+    print(f"SUM {t.item():.0f} rank {dist.get_rank()} attempt {os.environ['DDP_ATTEMPT']}")
+    dist.destroy_process_group()
+
+
+def test_a_script_or_a_function_becomes_a_ddpjob_under_torchrun() -> None:
+    job = job_manifest("examples/scripts/progress_train.py", image="img", nodes=3, args=["-x"])
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    assert job["metadata"]["name"].startswith("progress-train-") and job["spec"]["nodes"] == 3
+    assert trainer["args"] == ["torchrun", "examples/scripts/progress_train.py", "-x"]
+    fn = job_manifest(allreduce_and_report, image="img", procs_per_node=2, backend="gloo")
+    args = fn["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:4] == ["torchrun", "--no-python", "python", "-c"]
+    assert "def allreduce_and_report" in args[4] and args[4].endswith("allreduce_and_report()\n")
+    assert fn["spec"]["procsPerNode"] == 2 and fn["spec"]["backend"] == "gloo"
+
+
+def test_bad_input_is_refused_before_anything_runs() -> None:
+    client = LocalClient()
+    with pytest.raises(SDKError, match="not a valid DDPJob"):
+        client.submit(job_manifest("x.py", image="i", nodes=0))
+    with pytest.raises(SDKError, match="404"):
+        client.get("nothing")
+
+
+@pytest.mark.torch
+def test_the_local_backend_runs_waits_logs_and_reports_progress() -> None:
+    client = LocalClient()
+    name = client.train(allreduce_and_report, nodes=2, procs_per_node=2, name="local-sdk")
+    job = client.wait(name, timeout=180)
+    assert job["status"]["phase"] == "Succeeded"
+    logs = client.logs(name)
+    assert sorted(x.split("| ")[1] for x in logs.splitlines() if "SUM" in x) == [
+        f"SUM 10 rank {r} attempt 0" for r in range(4)
+    ], logs
+    assert "SUM 10 rank 2" in client.logs(name, worker=1)
+    progress = client.progress(name)
+    assert progress and progress["step"] == 5 and progress["percent"] == 100.0, progress
+    assert [j["metadata"]["name"] for j in client.list()] == [name]
+    with pytest.raises(SDKError, match="409"):
+        client.train(allreduce_and_report, name=name)
+    client.delete(name)
+    assert client.list() == []
+
+
+@pytest.mark.torch
+def test_the_local_backend_says_why_a_job_failed_and_suspends_and_resumes() -> None:
+    client = LocalClient()
+    bad = client.train("no/such/script.py", nodes=1, name="bad")
+    with pytest.raises(JobFailed, match=r"ddpjob bad ended Failed: .*worker"):
+        client.wait(bad, timeout=120)
+    slow = client.train("examples/scripts/progress_train.py", nodes=1, args=["--steps", "600"])
+    client.wait(slow, "Running", timeout=30)
+    client.suspend(slow)
+    assert client.get(slow)["status"]["phase"] == "Suspended"
+    client.resume(slow)
+    assert client.get(slow)["status"] == {"phase": "Running", "restarts": 1}
+    client.delete(slow)
