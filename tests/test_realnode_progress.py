@@ -272,3 +272,30 @@ def test_the_sdk_submits_waits_suspends_resumes_reads_logs_and_progress_and_dele
     client.delete(name)
     with pytest.raises(SDKError, match="404"):
         wait_for(lambda: client.get(name) and None, timeout=30, what="the job gone")
+
+
+def test_a_group_restart_reports_anew_from_the_next_attempt(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Rank 0 fails at step 30 of attempt 0: the group restarts and the next attempt's process
+    reports from its own first step (its own rate, its own ETA) to the end."""
+    ns, name = reporting.ns, "restarted"
+    job = progress_job(name, ns, images["trainer"], 60, 0.1)
+    job["spec"]["backoffLimit"] = 1
+    job["spec"]["template"]["spec"]["containers"][0]["args"] += ["--fail-at-step", "30"]
+    jobs.apply(cluster, job)
+    seen: list[tuple[int, int]] = []
+
+    def finished() -> bool:
+        j = jobs.get(cluster, ns, name) or {}
+        p = (j.get("status") or {}).get("progress") or {}
+        if p and (not seen or seen[-1] != (p.get("attempt"), p["step"])):
+            seen.append((p.get("attempt"), p["step"]))
+        return (j.get("status") or {}).get("phase") == "Succeeded" and p.get("step") == 60
+
+    wait_for(finished, timeout=300, interval=0.3, what="the job to succeed at step 60")
+    attempts = [a for a, _ in seen]
+    assert attempts == sorted(attempts) and attempts[0] == 0 and attempts[-1] == 1, seen
+    assert max(s for a, s in seen if a == 0) <= 30, seen  # attempt 0 got no further
+    assert seen[-1] == (1, 60), seen
+    assert (jobs.get(cluster, ns, name) or {})["status"]["restarts"] == 1

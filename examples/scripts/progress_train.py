@@ -5,8 +5,9 @@ the operator puts them on ``status.progress``, ``kubectl get ddpj`` and its metr
     torchrun progress_train.py [--steps 300] [--step-time 0.1]
 
 ``--step-time`` paces the steps (a real model's step takes that long) so that the progress can
-be watched. At the end rank 0 prints the longest time between two steps: reporting never holds
-training up, even with the operator down.
+be watched; ``--fail-at-step N`` makes rank 0 exit 3 at step N of attempt 0 (``DDP_ATTEMPT``),
+to watch a group restart. At the end rank 0 prints the longest time between two steps:
+reporting never holds training up, even with the operator down.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--step-time", type=float, default=0.1)
+    parser.add_argument("--fail-at-step", type=int, default=0)
     args = parser.parse_args()
 
     dist.init_process_group(os.environ.get("DDP_BACKEND", "gloo"), timeout=timedelta(seconds=120))
@@ -50,6 +52,10 @@ def main() -> int:
         gap, last = max(gap, now - last), now
         samples = step * args.batch_size * world / (now - t0)
         report(step, args.steps, loss=loss.item(), samples_per_s=samples)
+        first = os.environ.get("DDP_ATTEMPT") == "0"
+        if rank == 0 and first and step == args.fail_at_step:
+            print(f"FAILING at step {step} of attempt 0", flush=True)
+            return 3
     weight, bias = (p.item() for p in model.module.parameters())
     dist.destroy_process_group()
     if rank == 0:
