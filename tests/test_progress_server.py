@@ -28,3 +28,14 @@ def test_other_tokens_are_refused_saying_why() -> None:
     assert sender_of({"status": user}).refused == "the token is no pod's service account token"
     unbound = {**POD, "user": {**POD["user"], "extra": {}}}
     assert "no pod's" in sender_of({"status": unbound}).refused
+
+
+def test_the_operator_needs_the_url_pods_reach_it_by_when_it_listens_everywhere(capsys) -> None:
+    import pytest
+
+    from ddp_operator.commands import cli
+
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["run", "-A", "--progress-address", "0.0.0.0:8090"])
+    assert refused.value.code == 2
+    assert "--progress-url is needed" in capsys.readouterr().err

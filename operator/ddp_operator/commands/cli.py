@@ -89,7 +89,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ddp-operator`` console script."""
-    args = parser().parse_args(argv)
+    top = parser()
+    args = top.parse_args(argv)
+    everywhere = (args.progress_address or "").rpartition(":")[0] in ("", "0.0.0.0", "[::]")
+    if args.progress_address and everywhere and not args.progress_url:
+        top.error("--progress-url is needed: --progress-address listens on every interface")
     from ..act import handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(
