@@ -52,6 +52,7 @@ def endpoint() -> Iterator[Endpoint]:
     e = Endpoint()
     yield e
     e.shutdown()
+    e.server_close()
 
 
 def test_rank_0_reports_the_latest_at_most_once_an_interval_and_the_last_step_at_once(
@@ -128,8 +129,8 @@ def test_the_last_step_reaches_the_job_though_the_script_exits_at_once(tmp_path)
 
     def answer_slowly() -> None:
         while not stop.is_set():
-            with open(token, "w") as f:  # waits for the reader: one report being sent
-                time.sleep(0.3)
+            with contextlib.suppress(BrokenPipeError), open(token, "w") as f:
+                time.sleep(0.3)  # the reader waits: one report being sent
                 f.write("tok")
 
     threading.Thread(target=answer_slowly, daemon=True).start()
@@ -143,5 +144,6 @@ def test_the_last_step_reaches_the_job_though_the_script_exits_at_once(tmp_path)
     finally:
         stop.set()
         endpoint.shutdown()
+        endpoint.server_close()
         with contextlib.suppress(OSError):  # let the answering thread go
             os.close(os.open(token, os.O_RDONLY | os.O_NONBLOCK))
