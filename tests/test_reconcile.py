@@ -150,6 +150,24 @@ def test_suspend_deletes_pods_and_resume_recreates_them() -> None:
     assert "Resumed" in [e.reason for e in p.events]
 
 
+def test_resumed_while_the_suspended_group_still_goes_waits_for_it_without_a_restart() -> None:
+    """Resumed before the suspended group's pods are gone (their grace period): their ending
+    is no failure; the new group comes once they are gone, in the same attempt."""
+    j = job(nodes=2)
+    _, st = advance(j, {}, pods(2))
+    _, st = advance(job(nodes=2, suspend=True), st, pods(2))
+    going = pods(2, deleting=True)
+    p, st = advance(j, st, going)
+    assert st["restarts"] == 0 and p.create == [] and not p.delete
+    assert cond(st, "Suspended")["reason"] == "Resuming" and st["phase"] != "Restarting"
+    p, st = advance(j, st, pods(2, "Failed", deleting=True, exit_code=143))  # SIGTERM'd
+    assert st["restarts"] == 0 and p.create == []
+    p, st = advance(j, st, [])
+    assert (
+        p.create == [0, 1] and st["restarts"] == 0 and cond(st, "Suspended")["reason"] == "Resumed"
+    )
+
+
 def test_active_deadline() -> None:
     j = job(nodes=1, activeDeadlineSeconds=60)
     p, st = advance(j, {}, [])

@@ -20,6 +20,7 @@ from .conditions import (
     NORMAL,
     WARNING,
     Conditions,
+    condition,
     format_time,
     parse_time,
 )
@@ -125,7 +126,13 @@ def plan(
         conds.clear(c.COND_CREATED, "Suspended", "the job is suspended")
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
-    if conds.true(c.COND_SUSPENDED):
+    suspended = condition(conds.items, c.COND_SUSPENDED) or {}
+    if conds.true(c.COND_SUSPENDED) or suspended.get("reason") == "Resuming":
+        # The suspended group's pods go first: their ending is no failure, nor a restart.
+        if leaving := [p for p in pods if p.deleting]:
+            why = f"the job was resumed; {len(leaving)} pods of the suspended group still going"
+            conds.set(c.COND_SUSPENDED, False, "Resuming", why, NORMAL)
+            return finish(result)
         conds.set(c.COND_SUSPENDED, False, "Resumed", "the job was resumed", NORMAL)
         new["startTime"] = None
 
