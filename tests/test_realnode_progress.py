@@ -260,10 +260,16 @@ def test_the_sdk_submits_waits_suspends_resumes_reads_logs_and_progress_and_dele
     client.suspend(name)
     client.wait(name, "Suspended", timeout=60)
     client.resume(name)
+    client.wait(name, "Running", timeout=120)
+    live = list(client.stream(name, worker=0))  # followed as it grows, until the trainer ends
+    assert any(x.startswith("TRAINED steps=40") for x in live), live
     done = client.wait(name, timeout=240)
     assert done["status"]["restarts"] == 0  # a resume is no restart
     assert client.progress(name)["step"] == 40  # written at once: the last step
     assert "TRAINED steps=40" in client.logs(name, worker=0)
+    streamed = list(client.stream(name))  # the trainers have ended: the whole logs, then done
+    assert any(x.startswith("worker-0 | TRAINED steps=40") for x in streamed), streamed
+    assert any(x.startswith("worker-1 | ") for x in streamed), streamed
     assert "worker-1 | " in client.logs(name) and name in {
         j["metadata"]["name"] for j in client.list()
     }

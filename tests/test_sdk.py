@@ -10,6 +10,7 @@ from ddp_operator.sdk import JobFailed, LocalClient, SDKError, job_manifest
 
 def allreduce_and_report() -> None:
     import os
+    import sys
 
     import torch
     import torch.distributed as dist
@@ -21,7 +22,10 @@ def allreduce_and_report() -> None:
     dist.all_reduce(t)
     for step in range(1, 6):
         report(step, 5, loss=1.0 / step)
-    print(f"SUM {t.item():.0f} rank {dist.get_rank()} attempt {os.environ['DDP_ATTEMPT']}")
+    # One write per line: the two processes of a worker share its output.
+    sys.stdout.write(
+        f"SUM {t.item():.0f} rank {dist.get_rank()} attempt {os.environ['DDP_ATTEMPT']}\n"
+    )
     dist.destroy_process_group()
 
 
@@ -49,6 +53,8 @@ def test_bad_input_is_refused_before_anything_runs() -> None:
 def test_the_local_backend_runs_waits_logs_and_reports_progress() -> None:
     client = LocalClient()
     name = client.train(allreduce_and_report, nodes=2, procs_per_node=2, name="local-sdk")
+    streamed = list(client.stream(name))  # as they come, until the processes end
+    assert sum("SUM 10" in line for line in streamed) == 4, streamed
     job = client.wait(name, timeout=180)
     assert job["status"]["phase"] == "Succeeded"
     logs = client.logs(name)

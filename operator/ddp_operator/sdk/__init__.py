@@ -7,7 +7,7 @@ cluster), with the same calls::
     client = Client()  # the kubeconfig's cluster and namespace
     name = client.train("examples/scripts/progress_train.py", image=IMAGE, nodes=2)
     client.wait(name, timeout=600)  # Succeeded, or JobFailed with the job's own message
-    print(client.progress(name), client.logs(name))
+    print(client.progress(name), client.logs(name))  # or: for line in client.stream(name)
 
 Errors are exceptions carrying the API's message: ``SDKError``, and from ``wait`` ``JobFailed``
 or ``TimeoutError``.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import queue
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..model import constants as c
@@ -146,24 +148,64 @@ class Client:
                 raise TimeoutError(f"ddpjob {name} is {now}, not {phase}, after {timeout} s")
             time.sleep(poll)
 
-    def logs(self, name: str, worker: int | None = None) -> str:
-        """The trainer's log of one worker, or of every worker with ``worker-<i> | `` in front."""
+    def _pods(self, name: str, worker: int | None) -> list[tuple[int, str]]:
+        """(index, pod name) of the job's workers, or of one, by index."""
         found = self._call(
             "list pods",
             self.core.list_namespaced_pod,
             self.namespace,
             label_selector=f"{c.LABEL_JOB}={name}",
         ).items
-        pods = sorted(found, key=lambda p: int(p.metadata.labels.get(c.LABEL_INDEX, 0)))
+        pods = sorted(
+            (int(p.metadata.labels.get(c.LABEL_INDEX, 0)), p.metadata.name) for p in found
+        )
+        return [(i, pod) for i, pod in pods if worker is None or i == worker]
+
+    def stream(self, name: str, worker: int | None = None) -> Iterator[str]:
+        """The trainer logs as they come, line by line (of every worker, ``worker-<i> | `` in
+        front, or of one), until every worker's trainer has ended."""
+        lines: queue.Queue[str | None] = queue.Queue()
+        pods = self._pods(name, worker)
+
+        def follow(index: int, pod: str) -> None:
+            prefix = "" if worker is not None else f"worker-{index} | "
+            try:
+                resp = self._call(
+                    "follow log",
+                    self.core.read_namespaced_pod_log,
+                    pod,
+                    self.namespace,
+                    container=c.TRAINER_CONTAINER,
+                    follow=True,
+                    _preload_content=False,
+                )
+                for raw in resp:
+                    for line in raw.decode(errors="replace").splitlines():
+                        lines.put(prefix + line)
+            except SDKError as exc:
+                lines.put(f"{prefix}(log unavailable: {exc})")
+            finally:
+                lines.put(None)
+
+        for index, pod in pods:
+            threading.Thread(target=follow, args=(index, pod), daemon=True).start()
+        ended = 0
+        while ended < len(pods):
+            line = lines.get()
+            if line is None:
+                ended += 1
+            else:
+                yield line
+
+    def logs(self, name: str, worker: int | None = None) -> str:
+        """The trainer's log of one worker, or of every worker with ``worker-<i> | `` in front
+        (``stream`` follows them as they come)."""
         out = []
-        for pod in pods:
-            index = int(pod.metadata.labels.get(c.LABEL_INDEX, 0))
-            if worker is not None and index != worker:
-                continue
+        for index, pod in self._pods(name, worker):
             text = self._call(
                 "read log",
                 self.core.read_namespaced_pod_log,
-                pod.metadata.name,
+                pod,
                 self.namespace,
                 container=c.TRAINER_CONTAINER,
             )

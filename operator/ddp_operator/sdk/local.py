@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -160,6 +160,23 @@ class LocalClient:
             return "\n".join(lines)
         mark = f"worker-{worker} | "
         return "\n".join(x.removeprefix(mark) for x in lines if x.startswith(mark))
+
+    def stream(self, name: str, worker: int | None = None) -> Iterator[str]:
+        """As ``logs``, line by line as they come, until the job's processes have ended."""
+        job, sent = self._job(name), 0
+        mark = f"worker-{worker} | "
+        while True:
+            running = job.phase in ("Pending", "Running")
+            lines = job.lines[sent:]
+            sent += len(lines)
+            for line in lines:
+                if worker is None:
+                    yield line
+                elif line.startswith(mark):
+                    yield line.removeprefix(mark)
+            if not running:
+                return
+            time.sleep(0.1)
 
     def _stop(self, name: str, phase: str) -> None:
         job = self._job(name)
