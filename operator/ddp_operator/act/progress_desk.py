@@ -87,6 +87,7 @@ class ProgressDesk:
             await asyncio.sleep(wait)
             await self._write(key)
         except ApiException as exc:
+            metrics.PROGRESS_REPORTS.labels("failed").inc()
             log.warning("ddpjob %s/%s: progress not written: %s", *key, exc)
         finally:
             self._later.pop(key, None)

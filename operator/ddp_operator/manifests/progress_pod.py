@@ -11,14 +11,13 @@ from typing import Any
 from urllib.parse import quote
 
 from ..model import constants as c
+from ..progress import TOKEN_ENV, URL_ENV  # the names the scripts' reporter reads
 from .builders import trainer_index
 
 VOLUME = "ddp-progress-token"
 DIRECTORY = "/var/run/secrets/ddp-operator.io/progress"
 TOKEN_FILE = f"{DIRECTORY}/token"
 TOKEN_SECONDS = 3600  # the kubelet renews it at 80% of this
-URL_ENV = "DDP_PROGRESS_URL"
-TOKEN_ENV = "DDP_PROGRESS_TOKEN"
 
 
 def job_url(base: str, namespace: str, name: str) -> str:
