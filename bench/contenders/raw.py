@@ -1,21 +1,24 @@
 """Raw: a plain concurrent client creating the Service, ConfigMap and pods our operator would
-create, with no controller at all: what this API server and scheduler can do."""
+create, with no controller at all: what this API server and scheduler can do with them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddp_operator.manifests import builders, job_configmap
+from ddp_operator.manifests import builders, job_configmap, progress_pod
 from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import resolve
 
 from cluster import pod_spec
 from contenders.base import Contender, drain
 
+# Where ours' pods report progress: the benchmark runs the operator with its endpoint on.
+PROGRESS_URL = "http://127.0.0.1:1"
+
 
 def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
-    """The Service, ConfigMap and pods our operator would create, without the owner (no DDPJob
-    exists)."""
+    """The Service, ConfigMap and pods our operator would create on this cluster (restarting in
+    place, reporting progress), without the owner (no DDPJob exists)."""
     job = resolve(
         {
             "metadata": {"name": name, "namespace": ns, "uid": "raw"},
@@ -26,7 +29,11 @@ def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
         builders.job_object_meta(job), nodes, builders.worker_hosts(job), 0
     )
     objs = [builders.build_service(job), configmap]
-    objs += [builders.build_worker_pod(job, i) for i in range(nodes)]
+    in_place = job.restart_strategy == c.RESTART_IN_PLACE
+    objs += [
+        progress_pod.add_reporting(builders.build_worker_pod(job, i, 0, in_place), PROGRESS_URL)
+        for i in range(nodes)
+    ]
     for o in objs:
         o["metadata"].pop("ownerReferences", None)
     return objs

@@ -21,7 +21,7 @@ import kopf
 
 from ..api import metrics
 from ..api.kube import JobGone, Kube
-from ..decide import progress_report, reconcile
+from ..decide import pacing, progress_report, reconcile
 from ..decide.conditions import progress_only
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 PodSource = Callable[[Key], Awaitable[list[WorkerPod]]]
 
-SETTLE_SECONDS = 0.1  # lets a burst of pod events land before a pass
 MAX_BACKOFF = 60.0
 # A status write that only moves the worker counts waits this long after the previous write:
 # a job of 512 workers coming up made 58 writes (each echoed back as a watch event) without it.
@@ -78,6 +77,7 @@ class JobRunner:
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
         self.written = float("-inf")  # when the status was last written (monotonic)
         self.due: float | None = None  # when a held-back progress write is due
+        self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
@@ -144,7 +144,7 @@ class JobRunner:
                     log.info("%s: its loop ends", gone)
                     return
                 # A change of the job or its pods (e.g. the user fixed it) retries sooner.
-                await asyncio.sleep(SETTLE_SECONDS * 5)
+                await asyncio.sleep(pacing.SETTLE_SECONDS * 5)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=backoff)
                 continue
@@ -153,7 +153,7 @@ class JobRunner:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=delay)
-            await asyncio.sleep(SETTLE_SECONDS)
+            await asyncio.sleep(pacing.settle(self.spent))
 
     async def report(self, exc: Exception, backoff: float) -> None:
         """Put a failed pass on the job: Failed if permanent, else the Blocked condition."""
@@ -197,11 +197,13 @@ class JobRunner:
         seen, evicted = self.memory.seen, self.memory.evicted
         told = await kueue_steps.holdup(self.kube, job, pods)
         pods, look_again = await stalls.explain(self.events, job, pods, now)
+        deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
         plan = reconcile.plan(
             job, self.status, pods, now, generation, self.failure, seen, evicted, told, self.refused
         )
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
+        self.spent = time.thread_time() - deciding
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         if self.due is not None:  # a held-back progress write
