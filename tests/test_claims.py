@@ -33,8 +33,12 @@ def job(cluster: Cluster, ns: str, name: str, **template: Any) -> JobSpec:
 
 
 def create(cluster: Cluster, spec: JobSpec, fresh: bool = True) -> tuple[list[bool], bool]:
-    pods = [builders.build_worker_pod(spec, i, 0) for i in range(spec.nodes)]
-    return asyncio.run(claims.create_group(Kube(cluster.api), spec, pods, fresh))
+    def build(i: int) -> dict[str, Any]:
+        return builders.build_worker_pod(spec, i, 0)
+
+    return asyncio.run(
+        claims.create_group(Kube(cluster.api), spec, build, range(spec.nodes), fresh)
+    )
 
 
 def services(cluster: Cluster, ns: str, name: str) -> list[Any]:

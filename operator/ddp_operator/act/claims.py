@@ -10,7 +10,8 @@ no measurable time in S2 (bench/README.md), and left a Service to take back on r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..api.kube import Kube, NotServed
@@ -30,6 +31,10 @@ from ..model.workers import controller
 from .steps import all_steps, step
 
 Manifest = Mapping[str, Any]
+# Pods built and being created at once (the API layer sends 32 requests at a time): the
+# manifests of a group of thousands, 15 KB of memory each, never all live at once (4096
+# workers: 62 MB, most of the operator's peak memory in S5, bench/README.md).
+IN_FLIGHT = 64
 
 
 async def check_owner(
@@ -56,30 +61,44 @@ async def owned(
 
 
 async def create_group(
-    kube: Kube, job: JobSpec, pods: list[Manifest], fresh: bool, policy: bool = False
+    kube: Kube,
+    job: JobSpec,
+    build: Callable[[int], Manifest],
+    indices: Sequence[int],
+    fresh: bool,
+    policy: bool = False,
 ) -> tuple[list[bool], bool]:
     """Create the gang's objects, the Service, the ConfigMap, the NetworkPolicy if ``policy``,
-    then ``pods`` (all of a new attempt's if ``fresh``: checked first); one that exists already
-    must be the job's. Which pods were created (False: the job's exists), and False if an
-    object went meanwhile (the next pass creates it)."""
+    then the pods that ``build`` makes for ``indices`` (all of a new attempt's if ``fresh``: one
+    is checked first); one that exists already must be the job's. Which pods were created
+    (False: the job's exists), and False if an object went meanwhile (the next pass creates
+    it)."""
+    first = build(indices[0])
     if fresh:
-        await check(kube, pods[0])
-    found = await create_gang(kube, job, pods[0])
+        await check(kube, first)
+    found = await create_gang(kube, job, first)
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
-    attempt = int(pods[0]["metadata"]["labels"][c.LABEL_ATTEMPT])
+    attempt = int(first["metadata"]["labels"][c.LABEL_ATTEMPT])
     found = await give_env(kube, job, attempt) and found
     if policy:
         manifest = netpol.build_network_policy(job)
         what = f"creating {netpol.KIND} {job.name}"
         if not await step(what, kube.create_object(*netpol.API, manifest)):
             found = await check_owner(kube, job, netpol.KIND, job.name, netpol.API) and found
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def create(index: int) -> bool:  # built only once its turn comes
+        async with gate:
+            return await kube.create_pod(build(index))
+
+    names = [builders.worker_name(job, i) for i in indices]
     created = await all_steps(
-        (f"creating pod {pod['metadata']['name']}", kube.create_pod(pod)) for pod in pods
+        (f"creating pod {name}", create(i)) for name, i in zip(names, indices, strict=True)
     )
-    for pod, ok in zip(pods, created, strict=True):
+    for name, ok in zip(names, created, strict=True):
         if not ok:  # a pod of that name exists: the job's (the watch lags) or someone else's
-            found = await check_owner(kube, job, "Pod", pod["metadata"]["name"]) and found
+            found = await check_owner(kube, job, "Pod", name) and found
     return created, found
 
 

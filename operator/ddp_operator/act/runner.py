@@ -265,13 +265,15 @@ class JobRunner:
             plan.recheck_in(REQUESTED_TTL)
         if not wanted:
             return False
-        pods = [builders.build_worker_pod(job, i, plan.attempt, plan.in_place) for i in wanted]
-        if self.progress_url:
-            pods = [progress_pod.add_reporting(pod, self.progress_url) for pod in pods]
+
+        def build(index: int) -> dict[str, Any]:
+            pod = builders.build_worker_pod(job, index, plan.attempt, plan.in_place)
+            return progress_pod.add_reporting(pod, self.progress_url) if self.progress_url else pod
+
         fresh = len(wanted) == job.nodes
         try:
             policy = netpol.isolated(job, self.isolation)
-            created, found = await claims.create_group(self.kube, job, pods, fresh, policy)
+            created, found = await claims.create_group(self.kube, job, build, wanted, fresh, policy)
         except InPlaceRefused as exc:  # the next pass says so on the job and builds them anew
             self.refused = str(exc)
             self.wake.set()
