@@ -12,6 +12,7 @@ Rank 0 writes ``checkpoint.pt`` after every epoch; a restarted group resumes fro
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from datetime import timedelta
@@ -97,6 +98,11 @@ def main() -> int:
                 tmp.replace(ckpt)
         dist.barrier()
     weight, bias = model.weight.item(), model.bias.item()
+    # DDP's reducer and the last step's graph hold the process group and tensors: freed while
+    # the interpreter is whole, or gloo's threads may abort the process at exit (SIGABRT,
+    # "terminate called without an active exception"; pytorch/pytorch#179291).
+    del ddp, opt, loss
+    gc.collect()
     dist.destroy_process_group()
     if rank == 0:
         sys.stdout.write(f"TRAINED w={weight:.3f} b={bias:.3f}\n")
