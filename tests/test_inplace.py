@@ -151,6 +151,20 @@ def test_a_restart_the_kubelet_never_begins_is_recreated_after_the_timeout() -> 
     assert inplace.limit(resolve(quick)) == 70
 
 
+def test_a_pod_never_given_the_attempt_is_recreated_after_the_timeout() -> None:
+    """Worker 0 restarted, but its status never showed its trainer restarted (its restart count
+    still 0): worker 1 waits for it, and the group must not wait for ever (seen once on the real
+    node; worker 0 then timed out alone in its rendezvous)."""
+    status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
+    waiting = [worker(0, told=1, restarts=0, watch=1), worker(1, trainer=exited(3))]
+    soon = reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=119))
+    assert soon.tell == [] and soon.delete == []
+    plan = reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=121))
+    assert plan.status["restarts"] == 2 and len(plan.delete) == 2
+    cond = condition(plan.status["conditions"], "Restarting")
+    assert "j-worker-1 was not given attempt 1 within 120s" in cond["message"]
+
+
 def test_a_pod_that_ended_whole_recreates_the_group() -> None:
     failed = worker(1, phase="Failed", trainer=exited(3))
     plan = reconcile.plan(JOB, {}, [worker(0), failed], NOW)

@@ -146,18 +146,30 @@ def stuck(
     now: datetime,
     seconds: int,
 ) -> list[str]:
-    """The pods given ``attempt`` whose kubelet has not restarted their watch ``seconds``
-    after the restart was decided (its Restarting condition)."""
+    """The pods of the group not restarted for ``attempt`` ``seconds`` after the restart was
+    decided (its Restarting condition): given it, but their kubelet has not restarted their
+    watch; or never given it (they wait for worker 0's old trainer to end, which the kubelet's
+    status never showed: seen once on the real node, worker 0 ran the new attempt alone)."""
     cond = condition(status.get("conditions") or [], c.COND_RESTARTING)
     since = parse_time((cond or {}).get("lastTransitionTime"))
     if since is None or now - since < timedelta(seconds=seconds):
         return []
-    return [
-        f"{p.name} was not restarted in place within {seconds}s"
-        + (f" (does node {p.node} run a kubelet with RestartAllContainers?)" if p.node else "")
-        for p in current
-        if p.in_place and p.attempt_now == attempt and p.reran < p.restarts_due and not p.deleting
-    ]
+    found = []
+    for p in current:
+        if not p.in_place or p.deleting:
+            continue
+        if p.attempt_now < attempt:
+            found.append(f"{p.name} was not given attempt {attempt} within {seconds}s")
+        elif p.attempt_now == attempt and p.reran < p.restarts_due:
+            found.append(
+                f"{p.name} was not restarted in place within {seconds}s"
+                + (
+                    f" (does node {p.node} run a kubelet with RestartAllContainers?)"
+                    if p.node
+                    else ""
+                )
+            )
+    return found
 
 
 def recheck(current: Iterable[WorkerPod], attempt: int, seconds: float) -> float | None:
