@@ -3,6 +3,8 @@ processes (the cluster client is tested on the real node: test_realnode_progress
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ddp_operator.sdk import JobFailed, LocalClient, SDKError, job_manifest
@@ -72,15 +74,19 @@ def test_the_local_backend_runs_waits_logs_and_reports_progress() -> None:
 
 
 @pytest.mark.torch
-def test_the_local_backend_says_why_a_job_failed_and_suspends_and_resumes() -> None:
+def test_the_local_backend_says_why_a_job_failed_and_suspends_and_resumes(tmp_path: Path) -> None:
     client = LocalClient()
     bad = client.train("no/such/script.py", nodes=1, name="bad")
     with pytest.raises(JobFailed, match=r"ddpjob bad ended Failed: .*worker"):
         client.wait(bad, timeout=120)
-    slow = client.train("examples/scripts/progress_train.py", nodes=1, args=["--steps", "600"])
+    # Ends after 60 s, leaving a mark; stopped, it leaves none.
+    script, mark = tmp_path / "slow.py", tmp_path / "finished"
+    script.write_text("import sys, time\ntime.sleep(60)\nopen(sys.argv[1], 'w').close()\n")
+    slow = client.train(str(script), nodes=1, args=[str(mark)])
     client.wait(slow, "Running", timeout=30)
     client.suspend(slow)
     assert client.get(slow)["status"]["phase"] == "Suspended"
     client.resume(slow)
     assert client.get(slow)["status"] == {"phase": "Running", "restarts": 1}
-    client.delete(slow)
+    client.delete(slow)  # stops the resumed run's processes (it once waited for their end)
+    assert not mark.exists()

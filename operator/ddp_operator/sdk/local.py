@@ -86,6 +86,7 @@ class LocalClient:
         env = {**os.environ, URL_ENV: url, "DDP_ATTEMPT": str(job.restarts + 1)}
         job.restarts += 1
         job.phase = "Running"
+        job.run = None  # this start's run, once it has begun (``_stop`` waits for it)
 
         def started(run: localrun.LocalRun) -> None:
             job.run = run
