@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # `make demo`: a cluster (the local one unless KUBECONFIG is set), the CRD, the operator, and
-# examples/cpu-job.yaml taken to Succeeded.
+# examples/cpu-job.yaml, applied as it is written, taken to Succeeded.
 #
-# On the local cluster the job runs in real containers on its real node (hack/cluster/realnode.sh:
-# a kubelet and containerd): the manifest is applied with the trainer image built here, the
-# node's selector and toleration, and a CPU request that fits its 2 cores (shown below). On
-# another cluster (KUBECONFIG) it is applied as it is.
+# On the local cluster the operator is installed as users install it (the Helm chart, its image
+# built here from the Dockerfile, as a pod of the real node) and keeps running after the demo,
+# watching the namespaces the docs use (DEMO_WATCH: default and ddp-demo), with its progress
+# endpoint on; the job runs in real containers on the real node (the fake nodes are tainted:
+# hack/cluster/manifests/nodes.yaml). `make cluster-down` stops it all. On another cluster
+# (KUBECONFIG) the operator runs as a process of this script, for the demo only: install the
+# chart there to keep one (README, "Install on your cluster").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ns="${DEMO_NAMESPACE:-ddp-demo}"
+watch="${DEMO_WATCH:-default,$ns}"
 job=hello-ddp
 t0=$SECONDS
 say() { printf '\n==> %s\n' "$*"; }
 
 if [[ -z "${KUBECONFIG:-}" ]]; then
-  say "Local cluster: control plane, fake nodes and a real node (first run builds it all: see README)"
+  say "Local cluster: control plane, fake nodes and a real node (the first run builds it all)"
   hack/cluster/cluster.sh up
   export KUBECONFIG="$root/.cluster/kubeconfig"
   export PATH="$root/.cluster/bin:$PATH"
@@ -28,32 +32,27 @@ kubectl get nodes -L ddp-operator.io/accelerator
 say "CRD"
 kubectl apply --server-side --force-conflicts -f crds/
 kubectl wait --for=condition=Established --timeout=60s crd/ddpjobs.ddp-operator.io
-
-say "Operator (ddp-operator run --namespace $ns), log in .cluster/demo-operator.log"
-mkdir -p .cluster
-.venv/bin/ddp-operator run --namespace "$ns" >.cluster/demo-operator.log 2>&1 &
-operator=$!
-trap 'kill $operator 2>/dev/null || true; wait $operator 2>/dev/null || true' EXIT
-
-say "Job: examples/cpu-job.yaml in namespace $ns"
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
-kubectl -n "$ns" delete ddpjob "$job" --ignore-not-found --wait=true
+
 if [[ $local_cluster == 1 ]]; then
-  trainer="$(hack/cluster/realnode.sh trainer)"
-  patch='[
-    {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "'"$trainer"'"},
-    {"op": "add", "path": "/spec/template/spec/containers/0/imagePullPolicy", "value": "IfNotPresent"},
-    {"op": "replace", "path": "/spec/template/spec/containers/0/resources/requests/cpu", "value": "500m"},
-    {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"ddp-operator.io/node": "real"}},
-    {"op": "add", "path": "/spec/template/spec/tolerations", "value": [
-      {"key": "ddp-operator.io/real-node", "operator": "Exists", "effect": "NoSchedule"}]}
-  ]'
-  echo "On the real node of the local cluster, with this JSON patch: $patch"
-  kubectl patch --local -f examples/cpu-job.yaml --type=json -p "$patch" -o yaml |
-    kubectl -n "$ns" apply -f -
+  image="$(hack/cluster/realnode.sh operator)"
+  say "Operator: the Helm chart, release ddp-operator in ddp-system, image $image, watching $watch"
+  helm upgrade --install ddp-operator charts/ddp-operator -n ddp-system --create-namespace \
+    --set "image.repository=${image%:*},image.tag=${image##*:}" \
+    --set "watchNamespaces={$watch}" \
+    --set-string 'nodeSelector.ddp-operator\.io/node=real' \
+    --wait --timeout 5m
 else
-  kubectl -n "$ns" apply -f examples/cpu-job.yaml
+  say "Operator (ddp-operator run --namespace $ns, for this demo only), log in .cluster/demo-operator.log"
+  mkdir -p .cluster
+  .venv/bin/ddp-operator run --namespace "$ns" >.cluster/demo-operator.log 2>&1 &
+  operator=$!
+  trap 'kill $operator 2>/dev/null || true; wait $operator 2>/dev/null || true' EXIT
 fi
+
+say "Job: kubectl apply -n $ns -f examples/cpu-job.yaml"
+kubectl -n "$ns" delete ddpjob "$job" --ignore-not-found --wait=true
+kubectl -n "$ns" apply -f examples/cpu-job.yaml
 kubectl -n "$ns" wait --for=condition=Succeeded --timeout=600s "ddpjob/$job" || {
   kubectl -n "$ns" get ddpjob,pods -o wide
   .venv/bin/kubectl-ddp status "$job" -n "$ns"
@@ -70,5 +69,20 @@ say "Result"
 kubectl -n "$ns" get ddpjob "$job"
 kubectl -n "$ns" get events --field-selector "involvedObject.name=$job" --sort-by=.lastTimestamp
 echo
-echo "demo finished in $((SECONDS - t0))s: ddpjob/$job Succeeded. The cluster stays up:"
-echo "  export KUBECONFIG=$KUBECONFIG; make cluster-down   # when done"
+echo "demo finished in $((SECONDS - t0))s: ddpjob/$job Succeeded."
+if [[ $local_cluster == 1 ]]; then
+  cat <<NEXT
+
+The cluster and the operator keep running (the operator watches ${watch//,/ and }). Next:
+
+  export KUBECONFIG=$KUBECONFIG PATH=$root/.cluster/bin:\$PATH
+  kubectl apply -f examples/cpu-job.yaml        # in namespace default, on the real node
+  kubectl get ddpj -w                           # Ctrl-C when it says Succeeded
+  kubectl ddp logs hello-ddp
+  kubectl apply -f examples/train-cpu.yaml      # 2 workers x 2 processes, torchrun
+  kubectl ddp top                               # progress of every job, live (Ctrl-C ends it)
+
+Pages: docs/getting-started/local.md (what runs where), docs/tasks/sdk.md (Python).
+Stop it all: make cluster-down
+NEXT
+fi

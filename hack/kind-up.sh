@@ -10,7 +10,7 @@ name="${KIND_CLUSTER:-ddp-operator}"
 kwok_version="$(sed -n 's/^KWOK_VERSION=//p' hack/cluster/versions.env)"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
 operator_image="ddp-operator/operator:${version}"
-trainer_image="ddp-operator/trainer:latest"
+trainer_image="ddp-operator/trainer:cpu"
 kubeconfig="$root/.cluster/kind-kubeconfig"
 mkdir -p .cluster
 

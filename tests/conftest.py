@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import pods, realnode
+from harness import nodes, pods, realnode
 from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, wait_for
 from harness.operator import OperatorProcess
 
@@ -116,10 +116,14 @@ def crd(cluster: Cluster) -> str:
 
 
 @pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    """A fresh namespace, deleted after the test."""
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace, deleted after the test. Its pods land on the fake nodes (kwok), but in
+    tests marked ``node`` (real containers), where pods that ask for nothing go to the real node."""
     name = f"{TEST_NS_PREFIX}{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": name}})
+    if request.node.get_closest_marker("node"):
+        cluster.core.create_namespace({"metadata": {"name": name}})
+    else:
+        cluster.core.create_namespace(nodes.fake_nodes_namespace(name))
     # The namespace's default ServiceAccount must exist before pods can be created in it.
     wait_for(
         lambda: cluster.core.list_namespaced_service_account(name).items,
@@ -134,7 +138,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 def quiet(cluster: Cluster, crd: str) -> Iterator[str]:
     """A fresh namespace no operator watches (the session's watches ``ddpt-*``), with the CRD."""
     name = f"ddpq-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": name}})
+    cluster.core.create_namespace(nodes.fake_nodes_namespace(name))
     wait_for(lambda: cluster.core.list_namespaced_service_account(name).items, what="sa")
     yield name
     cluster.core.delete_namespace(name, propagation_policy="Background")

@@ -205,3 +205,5 @@ def test_raw_creates_exactly_the_pods_the_operator_creates_here():
         assert pod == ours
         names = [ct["name"] for ct in pod["spec"]["containers"]]
         assert names == ["trainer", "ddp-attempt-watch"]
+    (configmap,) = [o for o in objects("j", "ns", 3) if o["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["name"] == "j-ddp-env"  # the one the pods read

@@ -20,7 +20,8 @@ def env_of(pod: dict, j: JobSpec) -> dict[str, str | None]:
     attempt = int(pod["metadata"]["labels"][c.LABEL_ATTEMPT])
     data = job_configmap.data(j.nodes, builders.worker_hosts(j), attempt)
     return {
-        e["name"]: e.get("value", job_configmap.lookup(e, j.name, data)) for e in trainer["env"]
+        e["name"]: e.get("value", job_configmap.lookup(e, job_configmap.name(j.name), data))
+        for e in trainer["env"]
     }
 
 

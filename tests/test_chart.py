@@ -19,6 +19,7 @@ from kubernetes import client
 from harness import jobs, pods
 from harness.cluster import CRD_FILE, ROOT, Cluster, tool, wait_for
 from harness.jobs import wait_running
+from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
@@ -82,7 +83,7 @@ def test_rendered_rbac_is_least_privilege(mode: str) -> None:
         assert "*" not in resources and "*" not in verbs and "*" not in rule["apiGroups"]
         assert not resources & {"secrets", "pods/exec", "pods/attach"}
         if "configmaps" in resources:  # the job's own, by name: none other is read
-            assert resources == {"configmaps"} and verbs == {"create", "get", "patch"}
+            assert resources == {"configmaps"} and verbs == {"create", "get", "patch", "delete"}
         assert "impersonate" not in verbs and "escalate" not in verbs and "bind" not in verbs
         assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
         if "nodes" in resources:
@@ -272,7 +273,7 @@ def test_pods_it_may_not_list_block_the_job_saying_why_until_it_may(
     # The chart's Role and RoleBinding, copied to a namespace of the test's own: the session's
     # operator (the tests' namespaces) and the chart's (`namespace`) do not watch it.
     ns = f"unseen-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": ns}})
+    cluster.core.create_namespace(fake_nodes_namespace(ns))
     op = None
     try:
         rbac.create_namespaced_role(ns, {"metadata": {"name": sa}, "rules": cut})

@@ -115,6 +115,22 @@ def test_the_site_builds_strictly(tmp_path):
     assert (tmp_path / "site" / "operations" / "troubleshooting" / "index.html").exists()
 
 
+def test_an_example_shown_on_a_page_is_the_file_itself():
+    """A page's yaml block that names an example (its `examples/...yaml` path in the paragraph
+    before it) is that file, byte for byte: a changed example never leaves a stale copy."""
+    shown = 0
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text()
+        for match in re.finditer(r"^```yaml\n(.*?)^```$", text, re.MULTILINE | re.DOTALL):
+            before = text[: match.start()].rsplit("\n\n", 2)[-2:]
+            named = re.findall(r"`(examples/[\w/.-]+\.yaml)`", "\n\n".join(before))
+            if named:
+                shown += 1
+                path = page.relative_to(ROOT)
+                assert match.group(1) == (ROOT / named[-1]).read_text(), f"{path}: {named[-1]}"
+    assert shown >= 1  # docs/tasks/elastic.md shows examples/launchers/torchrun-elastic.yaml
+
+
 def test_the_readme_is_short_and_its_links_resolve():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 200

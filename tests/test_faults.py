@@ -12,6 +12,7 @@ import pytest
 from harness import faults, jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
+from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess
 from harness.scenario import KINDS, Kubelet, Ledger, ScriptedJob, run_until_done, verify
 from jobs import ddpjob
@@ -52,7 +53,7 @@ def test_a_watched_namespace_deleted_while_jobs_run(
     prefix = namespace.rsplit("-", 1)[0]
     doomed, later = f"{prefix}-doomed", f"{prefix}-later"
     for ns in (doomed,):
-        cluster.core.create_namespace({"metadata": {"name": ns}})
+        cluster.core.create_namespace(fake_nodes_namespace(ns))
         wait_for(lambda ns=ns: cluster.core.list_namespaced_service_account(ns).items)
     jobs.apply(cluster, ddpjob("a", doomed, nodes=2))
     jobs.apply(cluster, ddpjob("b", namespace, nodes=2))
@@ -68,7 +69,7 @@ def test_a_watched_namespace_deleted_while_jobs_run(
     for w in workers(cluster, namespace, "b"):
         pods.finish(cluster, namespace, w["metadata"]["name"], 0)
     jobs.wait_phase(cluster, namespace, "b", "Succeeded")
-    cluster.core.create_namespace({"metadata": {"name": later}})
+    cluster.core.create_namespace(fake_nodes_namespace(later))
     try:
         wait_for(lambda: cluster.core.list_namespaced_service_account(later).items)
         jobs.apply(cluster, ddpjob("c", later, nodes=2))
@@ -129,7 +130,7 @@ def test_operator_sigkilled_every_few_seconds_through_50_jobs(cluster: Cluster, 
     (12 times, or until they end): each job ends right, with exactly its own pods and a status
     that matches them, and no worker was ever created twice in one attempt."""
     ns = f"ddpk-{uuid.uuid4().hex[:6]}"  # outside the session operator's namespaces
-    cluster.core.create_namespace({"metadata": {"name": ns}})
+    cluster.core.create_namespace(fake_nodes_namespace(ns))
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, what="sa")
     # A failing job runs 3 attempts of 6 s or more: 18 s, longer than the first three kills can
     # take (15 s), however fast the operator; the others end sooner, spreading their restarts.

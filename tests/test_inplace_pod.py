@@ -26,7 +26,7 @@ def test_the_attempt_is_an_annotation_and_ddp_attempt_comes_from_the_jobs_config
     env = {e["name"]: e for e in p["spec"]["containers"][0]["env"]}
     assert env["DDP_ATTEMPT"] == {
         "name": "DDP_ATTEMPT",
-        "valueFrom": {"configMapKeyRef": {"name": "j", "key": "DDP_ATTEMPT"}},
+        "valueFrom": {"configMapKeyRef": {"name": "j-ddp-env", "key": "DDP_ATTEMPT"}},
     }
     assert env["NODE_RANK"]["value"] == "1"  # the rest of the contract is unchanged
 
@@ -41,7 +41,9 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     assert watch["restartPolicyRules"] == [
         {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [86]}}
     ]
-    assert watch["image"] == trainer["image"] and watch["env"] == [job_configmap.attempt_env("j")]
+    assert watch["image"] == trainer["image"] and watch["env"] == [
+        job_configmap.attempt_env("j-ddp-env")
+    ]
     assert watch["resources"]["requests"] == watch["resources"]["limits"]
     sc = watch["securityContext"]
     assert sc["runAsNonRoot"] and sc["runAsUser"] > 0 and not sc["allowPrivilegeEscalation"]
@@ -50,6 +52,18 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     (volume,) = [v for v in spec["volumes"] if v["name"] == "ddp-attempt"]
     assert [i["path"] for i in volume["downwardAPI"]["items"]] == ["attempt", "finished"]
     assert p["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "trainer"
+
+
+def test_a_worker_whose_trainer_runs_reads_2_of_2_ready() -> None:
+    """The kubelet counts a running container without a readiness probe ready: the watch gets
+    none, and nothing the operator adds to the trainer has one, so a worker training reads
+    `READY 2/2` (seen on the real node, also after an in-place restart). Once its trainer has
+    ended, the watch keeps the pod for its group's next attempt: `1/2`, kubectl's `NotReady`
+    (a Completed container beside a running one) until the job is done (docs: Restarts)."""
+    containers = pod()["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["trainer", "ddp-attempt-watch"]
+    for container in containers:
+        assert not {"readinessProbe", "startupProbe", "livenessProbe"} & container.keys()
 
 
 def test_the_users_containers_and_rules_are_kept() -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
+from test_chart import _sa_kubeconfig
 
 from ddp_operator.commands import jobview
 from ddp_operator.manifests import builders
@@ -71,6 +73,34 @@ def test_render_status_without_a_cluster() -> None:
     assert lines[6].split() == ["2", "-", "NotCreated", "-", "-", "-", "-"]
 
 
+def nodes_fake(cluster: Cluster, name: str) -> bool:
+    node = cluster.core.read_node(name)
+    return (node.metadata.annotations or {}).get("kwok.x-k8s.io/node") == "fake"
+
+
+def test_workers_on_kwoks_fake_nodes_are_marked_and_the_mark_explained() -> None:
+    body = ddpjob("f", "ns", nodes=2)
+    job = resolve(body)
+    placed = []
+    for i, node in enumerate(("gpu-node-0", "real-node-0")):
+        pod = builders.build_worker_pod(job, i)
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running"}
+        placed.append(pod)
+    text = jobview.render_status(body, placed, fake_nodes={"gpu-node-0"})
+    lines = text.splitlines()
+    table = lines[lines.index(next(ln for ln in lines if ln.startswith("WORKER"))) :]
+    assert table[1].split()[:5] == ["0", "f-worker-0", "Running", "gpu-node-0", "(fake)"]
+    assert table[2].split()[:4] == ["1", "f-worker-1", "Running", "real-node-0"]
+    assert "(fake)" not in table[2]
+    assert table[3] == jobview.FAKE_NOTE and "no containers" in table[3]
+    # Columns stay aligned: RESTARTS starts at one place on every row.
+    at = table[0].index("RESTARTS")
+    assert table[1][at] == table[2][at] == "0"
+    # No fake node (or nodes the user may not read): no mark, no note.
+    assert "(fake)" not in jobview.render_status(body, placed)
+
+
 def test_render_status_of_an_in_place_pod_shows_its_attempt_and_its_trainers_end() -> None:
     body = ddpjob("p", "ns", nodes=1)
     body["status"] = {"phase": "Running", "restarts": 2}
@@ -101,12 +131,17 @@ def test_status_and_logs_of_a_running_job(cluster: Cluster, namespace: str) -> N
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "phase=Running" in lines[0] and "restarts=1" in lines[0]
-    rows = [ln.split() for ln in lines if ln.startswith(("0 ", "1 "))]
+    rows = [ln.replace(jobview.FAKE, "").split() for ln in lines if ln.startswith(("0 ", "1 "))]
     assert [(r[1], r[2], r[4]) for r in rows] == [
         ("cli-worker-0", "Running", "1"),
         ("cli-worker-1", "Running", "1"),
     ]
     assert {r[3] for r in rows} == {w["spec"]["nodeName"] for w in ws}
+    # Where they sit on kwok's nodes, they say so.
+    fake = {w["spec"]["nodeName"] for w in ws if nodes_fake(cluster, w["spec"]["nodeName"])}
+    marked = {ln.split()[3] for ln in lines if ln.startswith(("0 ", "1 ")) and jobview.FAKE in ln}
+    assert marked == fake
+    assert (jobview.FAKE_NOTE in lines) == bool(fake)
 
     if cluster.local:  # the local cluster's "kubelet" serves every container log from one file
         POD_LOG.write_text(
@@ -126,6 +161,46 @@ def test_status_and_logs_of_a_running_job(cluster: Cluster, namespace: str) -> N
 
     missing = ddp(cluster, "status", "nope", "-n", namespace)
     assert missing.returncode == 1 and "404" in missing.stderr
+
+
+@pytest.mark.cluster
+@pytest.mark.usefixtures("operator")
+def test_status_says_which_workers_sit_on_fake_nodes_to_whoever_may_read_nodes(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The tests' namespaces send their pods to kwok's nodes; a user who may not read nodes gets
+    the same table, unmarked."""
+    jobs.apply(cluster, ddpjob("fk", namespace, nodes=2))
+    ws = wait_running(cluster, namespace, "fk", 2)
+    fake = {w["spec"]["nodeName"] for w in ws if nodes_fake(cluster, w["spec"]["nodeName"])}
+    assert fake, "the tests' namespaces put their pods on kwok's nodes"
+    out = ddp(cluster, "status", "fk", "-n", namespace)
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith(("0 ", "1 "))]
+    assert {r.split()[3] for r in rows if jobview.FAKE in r} == fake
+    assert out.stdout.splitlines()[-1] == jobview.FAKE_NOTE
+
+    sa = "reader"  # may read the job, its pods and Events; not nodes
+    cluster.core.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
+    rules = [
+        {"apiGroups": [jobs.GROUP], "resources": [jobs.PLURAL], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+    ]
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": sa}, "rules": rules})
+    subject = {"kind": "ServiceAccount", "name": sa, "namespace": namespace}
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa}
+    binding = {"metadata": {"name": sa}, "subjects": [subject], "roleRef": ref}
+    rbac.create_namespaced_role_binding(namespace, binding)
+    kubeconfig = _sa_kubeconfig(cluster, namespace, sa, tmp_path / "reader.kubeconfig")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    seen = wait_for(
+        lambda: (r := run_ddp("status", "fk", "-n", namespace, env=env)).returncode == 0 and r,
+        timeout=30,
+        what="the reader's RBAC",
+    )
+    assert "fk-worker-1" in seen.stdout and jobview.FAKE not in seen.stdout, seen.stdout
+    assert jobview.FAKE_NOTE not in seen.stdout and not seen.stderr, seen.stderr
 
 
 @pytest.mark.cluster
@@ -183,11 +258,59 @@ def test_bad_manifests_fail_in_one_line(tmp_path: Path) -> None:
     no_resource = ddpjob("j", nodes=2, accelerator={"perNode": 2})
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(no_resource))
-    one_line_failure(run_ddp("submit", str(broken), env=env), 2, "spec cannot be read")
+    one_line_failure(run_ddp("submit", str(broken), env=env), 2, "spec.accelerator.resource")
     other = tmp_path / "other.yaml"
     other.write_text("kind: ConfigMap\n")
     one_line_failure(run_ddp("submit", str(other), env=env), 2, "no DDPJob found")
     one_line_failure(run_ddp("local", str(tmp_path / "nope.yaml"), env=env), 2, "nope.yaml")
+
+
+def several_failures(
+    result: subprocess.CompletedProcess, code: int, *fields: str
+) -> dict[str, str]:
+    """The command failed with ``code``, a headline then one line per error, naming ``fields``
+    (in any order); the errors by field."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    head, *errors = result.stderr.strip().splitlines()
+    assert head.startswith("kubectl ddp: ") and head.endswith(f"{len(fields)} errors:"), head
+    named = {e.strip().split(":")[0].split(" ")[0]: e.strip() for e in errors}
+    assert sorted(named) == sorted(fields), errors
+    return named
+
+
+def test_submit_names_every_error_the_local_checks_find(tmp_path: Path) -> None:
+    """With no cluster to ask (KUBECONFIG names no file), the local checks' list."""
+    manifest = tmp_path / "three.yaml"
+    body = ddpjob("three", nodes=0, backoffLimit=-1, restartStrategy="Sometimes")
+    manifest.write_text(yaml.safe_dump(body))
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}
+    result = run_ddp("submit", str(manifest), env=env)
+    several_failures(result, 2, "spec.nodes", "spec.restartStrategy", "spec.backoffLimit")
+    assert str(manifest) in result.stderr.splitlines()[0]
+
+
+@pytest.mark.cluster
+def test_submit_names_every_error_the_api_server_finds(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The local checks see one of these three (spec.nodes), the CRD all three: the API
+    server's list is told (a dry run: nothing is created), as `kubectl apply` tells it; and
+    one the local checks cannot see at all is told as the server says it."""
+    manifest = tmp_path / "three.yaml"
+    gpus = {"resource": "nvidia.com/gpu", "perNode": 200}
+    body = ddpjob("three", namespace, nodes=0, masterPort=70000, accelerator=gpus)
+    manifest.write_text(yaml.safe_dump(body))
+    result = ddp(cluster, "submit", str(manifest))
+    errors = several_failures(
+        result, 1, "spec.nodes", "spec.masterPort", "spec.accelerator.perNode"
+    )
+    assert "422" in result.stderr.splitlines()[0] and "70000" in errors["spec.masterPort"]
+    assert jobs.get(cluster, namespace, "three") is None
+    body["spec"]["nodes"] = 20000  # over the CRD's maximum: only the API server knows it
+    manifest.write_text(yaml.safe_dump(body))
+    result = ddp(cluster, "submit", str(manifest))
+    several_failures(result, 1, "spec.nodes", "spec.masterPort", "spec.accelerator.perNode")
+    assert jobs.get(cluster, namespace, "three") is None
 
 
 @pytest.mark.cluster

@@ -11,6 +11,7 @@ import pytest
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running
+from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess, free_port
 from jobs import ddpjob
 
@@ -29,7 +30,7 @@ def scrape(port: int) -> dict[str, float]:
 
 def test_metrics_after_a_job(cluster: Cluster, crd: str) -> None:
     ns = f"ddpm-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": ns}})
+    cluster.core.create_namespace(fake_nodes_namespace(ns))
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
     port = free_port()
     op = OperatorProcess(cluster, ns, "--metrics-port", str(port)).start()

@@ -1,6 +1,7 @@
-"""The job's NetworkPolicy through the API (any cluster): there before the first pod, the job's
-(its controller), none when the job turns isolation off, and a foreign policy of the job's name
-reported (NameConflict), never adopted or deleted. Enforcement: tests/test_realnode_netpol.py."""
+"""The job's NetworkPolicy ``<job>-ddp-isolation`` through the API (any cluster): there before
+the first pod, the job's (its controller), none when the job turns isolation off, and a foreign
+policy of its name reported (NameConflict), never adopted or deleted. Enforcement:
+tests/test_realnode_netpol.py."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _policy(cluster: Cluster, ns: str, name: str) -> client.V1NetworkPolicy | No
 def test_the_job_gets_its_policy_before_its_first_pod(cluster: Cluster, namespace: str) -> None:
     jobs.apply(cluster, ddpjob("iso", namespace, nodes=2))
     running = wait_running(cluster, namespace, "iso", 2)
-    policy = _policy(cluster, namespace, "iso")
+    policy = _policy(cluster, namespace, "iso-ddp-isolation")
     assert policy is not None
     (ref,) = policy.metadata.owner_references
     assert ref.controller and ref.uid == jobs.get(cluster, namespace, "iso")["metadata"]["uid"]
@@ -44,7 +45,7 @@ def test_the_job_gets_its_policy_before_its_first_pod(cluster: Cluster, namespac
 def test_a_job_that_turns_isolation_off_gets_none(cluster: Cluster, namespace: str) -> None:
     jobs.apply(cluster, ddpjob("open", namespace, nodes=2, network={"isolation": False}))
     wait_running(cluster, namespace, "open", 2)
-    assert _policy(cluster, namespace, "open") is None
+    assert _policy(cluster, namespace, "open-ddp-isolation") is None
 
 
 def test_a_foreign_policy_is_reported_and_never_adopted(cluster: Cluster, namespace: str) -> None:
@@ -52,19 +53,23 @@ def test_a_foreign_policy_is_reported_and_never_adopted(cluster: Cluster, namesp
     foreign = api.create_namespaced_network_policy(
         namespace,
         {
-            "metadata": {"name": "np"},
+            "metadata": {"name": "np-ddp-isolation"},
             "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]},
         },
     )
     jobs.apply(cluster, ddpjob("np", namespace, nodes=2))
     cond = blocked(cluster, namespace, "np", "NameConflict")
-    assert "NetworkPolicy np" in cond["message"] and "no controller" in cond["message"]
+    assert (
+        "NetworkPolicy np-ddp-isolation" in cond["message"] and "no controller" in cond["message"]
+    )
     assert workers(cluster, namespace, "np") == []  # no pod without its policy
-    still = _policy(cluster, namespace, "np")
+    still = _policy(cluster, namespace, "np-ddp-isolation")
     assert still is not None and still.metadata.uid == foreign.metadata.uid
     assert not still.metadata.owner_references and not still.metadata.deletion_timestamp
-    api.delete_namespaced_network_policy("np", namespace)
+    api.delete_namespaced_network_policy("np-ddp-isolation", namespace)
     wait_running(cluster, namespace, "np", 2)
     jobs.wait_condition(cluster, namespace, "np", "Blocked", status="False")
-    mine = wait_for(lambda: _policy(cluster, namespace, "np"), what="the job's own policy")
+    mine = wait_for(
+        lambda: _policy(cluster, namespace, "np-ddp-isolation"), what="the job's own policy"
+    )
     assert mine.metadata.owner_references[0].kind == "DDPJob"

@@ -7,6 +7,7 @@ import pytest
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
+from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
@@ -210,7 +211,7 @@ def test_unschedulable_job_says_why(cluster: Cluster, namespace: str) -> None:
 def test_operator_killed_mid_creation_converges(cluster: Cluster, crd: str) -> None:
     """A 100-worker job whose operator is SIGKILLed while creating pods ends with exactly 100."""
     ns = "ddpk-" + __import__("uuid").uuid4().hex[:6]
-    cluster.core.create_namespace({"metadata": {"name": ns}})
+    cluster.core.create_namespace(fake_nodes_namespace(ns))
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
     # A low API concurrency makes creation slow enough to be interrupted.
     first = OperatorProcess(cluster, ns, "--api-concurrency", "2").start()

@@ -107,20 +107,19 @@ def test_a_recreated_job_never_counts_orphaned_pods(cluster: Cluster, namespace:
     # Nor are the orphaned ConfigMap (in-place pods take DDP_ATTEMPT from it) and NetworkPolicy:
     # each is named in turn, and nothing runs until it is gone.
     networking = client.NetworkingV1Api(cluster.api)
-    for kind, delete in (
-        ("Service", cluster.core.delete_namespaced_service),
-        ("ConfigMap", cluster.core.delete_namespaced_config_map),
-        ("NetworkPolicy", networking.delete_namespaced_network_policy),
+    for kind, name, delete in (
+        ("Service", "again", cluster.core.delete_namespaced_service),
+        ("ConfigMap", "again-ddp-env", cluster.core.delete_namespaced_config_map),
+        ("NetworkPolicy", "again-ddp-isolation", networking.delete_namespaced_network_policy),
     ):
         wait_for(
-            lambda kind=kind: (
-                f"{kind} again"
-                in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
+            lambda what=f"{kind} {name}": (
+                what in jobs.condition(jobs.get(cluster, namespace, "again"), "Blocked")["message"]
             ),
             what=f"the orphaned {kind} named",
         )
         assert workers(cluster, namespace, "again") == []
-        delete("again", namespace)
+        delete(name, namespace)
     ws = wait_running(cluster, namespace, "again", 2)
     assert owners(cluster, namespace, "again") == {job["metadata"]["uid"]}
     for w in ws:

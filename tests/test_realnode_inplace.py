@@ -41,6 +41,17 @@ def _trainer(pod: dict[str, Any]) -> dict[str, Any]:
     return next(s for s in statuses if s["name"] == "trainer")
 
 
+def _ready(pod: dict[str, Any]) -> bool:
+    """Every container ready and the pod Ready (kubectl: READY 2/2)."""
+    statuses = pod["status"].get("containerStatuses") or []
+    conditions = pod["status"].get("conditions") or []
+    return (
+        len(statuses) == 2
+        and all(s["ready"] for s in statuses)
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    )
+
+
 def _scheduled(cluster: Cluster, ns: str, pod: str) -> int:
     events = cluster.core.list_namespaced_event(
         ns, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},reason=Scheduled"
@@ -71,6 +82,12 @@ def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
         ),
         timeout=120,
         what="both workers with their IPs",
+    )
+    # Worker 0 hangs in attempt 0 until told to restart: a running worker reads READY 2/2.
+    wait_for(
+        lambda: _ready(_pods(cluster, namespace, "inplace")[0]),
+        timeout=30,
+        what="worker 0 READY 2/2 while its trainer runs",
     )
     done = jobs.wait_phase(cluster, namespace, "inplace", "Succeeded", timeout=300)
     assert done["status"]["restarts"] == 1, done["status"]

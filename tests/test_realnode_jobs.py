@@ -10,16 +10,13 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-import yaml
 from conftest import TEST_NS_PREFIX
 
 from harness import jobs
 from harness.cluster import ROOT, Cluster, wait_for
 from harness.realnode import (
     NODE,
-    ON_REAL_NODE,
     container_pid,
-    for_real_node,
     kubectl_ddp,
     trainer_job,
     trainer_status,
@@ -30,7 +27,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
 RESULT = re.compile(r"ALLREDUCE (\w+) rank=(\d+) world=(\d+) sum=(\d+)")
 LAUNCHERS = ROOT / "examples" / "launchers"
 # Every launch style of examples/launchers (as tests/test_launchers.py runs them with `kubectl ddp
-# local`), unchanged but for the image and the placement: (manifest, world size).
+# local`), applied as written (their image is the trainer image's tag on the real node, where a
+# pod that asks for nothing only fake nodes have lands): (manifest, world size).
 STYLES = [
     ("torchrun-bare", 4),
     ("torchrun-c10d", 4),
@@ -40,6 +38,8 @@ STYLES = [
     ("env-one-per-pod", 2),
     ("platform-script", 4),
 ]
+# The other examples meant to run on the local cluster, applied as written too: (file, job).
+EXAMPLES = [("cpu-job.yaml", "hello-ddp"), ("train-cpu.yaml", "train-cpu")]
 
 
 def assert_all_ranks(logs: str, world: int) -> None:
@@ -79,10 +79,9 @@ def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> It
     cluster.core.create_namespace({"metadata": {"name": ns}})
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30)
     try:
-        for style, _ in STYLES:
-            job = yaml.safe_load((LAUNCHERS / f"{style}.yaml").read_text())
-            job["metadata"]["namespace"] = ns
-            jobs.apply(cluster, for_real_node(job, images["trainer"]))
+        files = [LAUNCHERS / f"{style}.yaml" for style, _ in STYLES]
+        for path in [*files, *(ROOT / "examples" / f for f, _ in EXAMPLES)]:
+            cluster.kubectl("apply", "-n", ns, "-f", str(path))
         yield ns
     finally:
         cluster.core.delete_namespace(ns, propagation_policy="Background")
@@ -100,7 +99,33 @@ def test_every_launch_style_gets_its_workers_on_the_real_node(
         )
     for style, _ in STYLES:
         for pod in jobs.workers(cluster, launched, style):
-            assert pod["spec"]["nodeSelector"] == ON_REAL_NODE["nodeSelector"], pod["spec"]
+            assert not pod["spec"].get("nodeSelector"), pod["spec"]
+    for style, _ in STYLES:
+        for i in range(jobs.get(cluster, launched, style)["spec"]["nodes"]):
+            name = f"{style}-worker-{i}"
+            wait_for(
+                lambda n=name: cluster.core.read_namespaced_pod(n, launched).spec.node_name,
+                what=f"{name} scheduled",
+            )
+            assert cluster.core.read_namespaced_pod(name, launched).spec.node_name == NODE
+
+
+@pytest.mark.parametrize(("example", "name"), EXAMPLES, ids=[f for f, _ in EXAMPLES])
+def test_the_examples_run_as_written_on_the_local_cluster(
+    cluster: Cluster, launched: str, example: str, name: str
+) -> None:
+    job = wait_for(
+        lambda: (
+            (j := jobs.get(cluster, launched, name))
+            and j.get("status", {}).get("phase") in ("Succeeded", "Failed")
+            and j
+        ),
+        timeout=900,
+        what=f"{name} to finish",
+    )
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    for pod in jobs.workers(cluster, launched, name):
+        assert pod["spec"]["nodeName"] == NODE, pod["spec"]
 
 
 @pytest.mark.parametrize(("style", "world"), STYLES, ids=[s for s, _ in STYLES])

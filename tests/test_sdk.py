@@ -1,5 +1,6 @@
-"""The Python SDK: the job a train() call makes, and the local backend running real torch
-processes (the cluster client is tested on the real node: test_realnode_progress)."""
+"""The Python SDK: the job a train() call makes, the local backend running real torch
+processes, and what a client's with block deletes (the cluster client is tested on the real
+node: test_realnode_progress; the manifest's options: test_sdk_manifest)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddp_operator.sdk import JobFailed, LocalClient, SDKError, job_manifest
+from ddp_operator.sdk import Client, JobFailed, LocalClient, SDKError, job_manifest
+
+from harness.cluster import Cluster
 
 
 def allreduce_and_report() -> None:
@@ -90,3 +93,40 @@ def test_the_local_backend_says_why_a_job_failed_and_suspends_and_resumes(tmp_pa
     assert client.get(slow)["status"] == {"phase": "Running", "restarts": 1}
     client.delete(slow)  # stops the resumed run's processes (it once waited for their end)
     assert not mark.exists()
+
+
+def wait_in_a_with_block(client: Client | LocalClient, manifest: dict, other: str = "") -> str:
+    """Submit ``manifest`` (and ``other``, deleted at once) and wait 1 s for it to succeed, in
+    the client's with block; the job's name."""
+    with client:
+        name = client.submit(manifest)
+        if other:
+            client.delete(client.submit(job_manifest("t.py", image="i", name=other)))
+        client.wait(name, timeout=1)
+    return name
+
+
+@pytest.mark.cluster
+def test_a_client_deletes_the_jobs_it_submitted_when_its_with_block_ends(
+    cluster: Cluster, quiet: str
+) -> None:
+    """No operator watches ``quiet``: the job stays Pending, so the wait times out, and the
+    with block still leaves nothing behind (one deleted in it already: fine)."""
+    client = Client(namespace=quiet, kubeconfig=str(cluster.kubeconfig))
+    job = job_manifest("t.py", image="i", name="kept", resources={"requests": {"cpu": "1"}})
+    with pytest.raises(TimeoutError, match="ddpjob kept is Pending, not Succeeded"):
+        wait_in_a_with_block(client, job, other="gone")
+    assert client.submitted == []
+    with Client(namespace=quiet, kubeconfig=str(cluster.kubeconfig)) as other:
+        assert other.list() == []
+
+
+@pytest.mark.torch
+def test_a_local_client_stops_its_jobs_when_its_with_block_ends(tmp_path: Path) -> None:
+    script, mark = tmp_path / "slow.py", tmp_path / "finished"
+    script.write_text("import sys, time\ntime.sleep(30)\nopen(sys.argv[1], 'w').close()\n")
+    client = LocalClient()
+    job = client.job_manifest(str(script), nodes=1, args=[str(mark)])
+    with pytest.raises(TimeoutError, match="is Running, not Succeeded"):
+        wait_in_a_with_block(client, job)
+    assert client.list() == [] and not mark.exists()

@@ -25,9 +25,8 @@ def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
             "spec": {"nodes": nodes, "template": {"spec": pod_spec("trainer")}},
         }
     )
-    configmap = job_configmap.build(
-        builders.job_object_meta(job), nodes, builders.worker_hosts(job), 0
-    )
+    meta = builders.job_object_meta(job, job_configmap.name(name))
+    configmap = job_configmap.build(meta, nodes, builders.worker_hosts(job), 0)
     objs = [builders.build_service(job), configmap]
     in_place = job.restart_strategy == c.RESTART_IN_PLACE
     objs += [

@@ -37,12 +37,8 @@ if attempt == "0" and rank == "1":
     os._exit(3)
 dist.barrier()
 """
-ON_REAL_NODE: dict[str, Any] = {
-    "nodeSelector": {"ddp-operator.io/node": "real"},
-    "tolerations": [
-        {"key": "ddp-operator.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
-    ],
-}
+# The real node (untainted: the fake nodes are, hack/cluster/manifests/nodes.yaml).
+ON_REAL_NODE: dict[str, Any] = {"nodeSelector": {"ddp-operator.io/node": "real"}}
 
 
 def trainer_image() -> str:

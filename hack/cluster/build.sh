@@ -13,7 +13,10 @@
 #   jobset             JobSet's controller manager (the benchmark's second peer), as jobset
 # Each tool is cached under a key made of its version, its module files and its build
 # flags, so a clone reuses every build and a change rebuilds only that tool.
+# Test hook: DDP_TEST_SLOW_BUILD=SECONDS makes every call take that much longer, as a cold build
+# does (tests/test_realnode_up.py: no wait of realnode.sh up may count a build).
 set -euo pipefail
+if [[ -n "${DDP_TEST_SLOW_BUILD:-}" ]]; then sleep "$DDP_TEST_SLOW_BUILD"; fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=hack/cluster/versions.env
 source "$here/versions.env"

@@ -3,13 +3,16 @@
 # build:  builds (or finds cached) every binary and image `up` needs, the images while the binaries
 #         compile, starting nothing (make test runs it before the tests, so that a cold build is
 #         not inside a test's time limit).
-# up:     builds (or reuses) the pinned binaries, starts (or reuses) a kwok binary-runtime cluster
+# up:     builds (or reuses) the pinned binaries and the images first (build, below: no wait of
+#         up counts a build), starts (or reuses) a kwok binary-runtime cluster
 #         (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok controller as local
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
-#         .cluster/kubeconfig and links kubectl, helm and kwokctl into .cluster/bin/. Then the
+#         .cluster/kubeconfig and links kubectl, helm, kwokctl and kubectl-ddp (from .venv)
+#         into .cluster/bin/. Then the
 #         real node (hack/cluster/realnode.sh up: a kubelet and containerd, real containers) with
 #         the images built here (realnode.sh image, trainer, operator) imported. DDP_REAL_NODE=0
-#         leaves it out (a control plane with fake nodes only; no root needed).
+#         leaves it out (a control plane with fake nodes only; no root needed). A failed up
+#         takes down the control plane if it started it. Run twice, it restarts nothing.
 # down:   stops and deletes the cluster (and the real node, hack/cluster/realnode.sh, if up); no
 #         process of it is left running.
 # stop:   kills every process of the cluster (SIGKILL, as kwokctl stop does: etcd, kube-apiserver,
@@ -35,6 +38,11 @@ port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
 
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=hack/cluster/fds.sh
+source "$here/fds.sh"
+# What this script starts (kwokctl and the control plane it starts) holds none of its caller's
+# open files.
+close_inherited_fds
 
 link_tools() {
   local bin
@@ -43,6 +51,10 @@ link_tools() {
   for b in kubectl helm kwokctl kwok etcd kube-apiserver kube-controller-manager kube-scheduler; do
     ln -sfn "$bin/$b" "$state/bin/$b"
   done
+  # `kubectl ddp` (the project's plugin, in its .venv) on the same PATH.
+  if [[ -x "$root/.venv/bin/kubectl-ddp" ]]; then
+    ln -sfn "$root/.venv/bin/kubectl-ddp" "$state/bin/kubectl-ddp"
+  fi
   export KWOK_KUBE_APISERVER_BINARY="$bin/kube-apiserver"
   export KWOK_KUBE_CONTROLLER_MANAGER_BINARY="$bin/kube-controller-manager"
   export KWOK_KUBE_SCHEDULER_BINARY="$bin/kube-scheduler"
@@ -78,12 +90,25 @@ all_running() {
   done
 }
 
+# When up fails: the control plane goes down again if this up started it (the real node stops
+# what it started itself: realnode.sh).
+up_failed() {
+  if [[ -n "${up_started:-}" ]]; then
+    log "up failed: taking down the cluster it started"
+    down || true
+  fi
+}
+
 up() {
+  # The builds first (nothing is started yet), so that no wait below counts them.
+  build
   local t0=$SECONDS
-  link_tools
+  up_started=""
+  trap up_failed EXIT
   if healthy; then
     log "cluster $name already running"
   else
+    up_started=1
     if [[ -d "$KWOK_WORKDIR/clusters/$name" ]]; then
       log "restarting stopped cluster $name"
       "$state/bin/kwokctl" --name "$name" start cluster >&2 || {
@@ -122,6 +147,7 @@ up() {
       "$here/realnode.sh" "$image" >/dev/null || die "realnode.sh $image failed"
     done
   fi
+  trap - EXIT
   log "ready in $((SECONDS - t0))s: kubeconfig $kubeconfig"
 }
 
@@ -149,6 +175,8 @@ exists() { [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; }
 
 build() {
   local t0=$SECONDS image images=""
+  log "building the local cluster's binaries and images, or taking them from" \
+    "${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator} (a cold build takes about 12 minutes on 2 cores)"
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
     # The images (downloads, then single-threaded work at nice 10) need none of the Go binaries:
     # on a cold machine they build while the binaries compile (measured: the base image's 9 min

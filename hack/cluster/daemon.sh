@@ -4,6 +4,11 @@
 # webhook helpers. Some use the sourcing script's $kubeconfig, $pidfile and kubectl_.
 # shellcheck disable=SC2154
 
+# shellcheck source=hack/cluster/fds.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fds.sh"
+# What the sourcing script starts holds none of its caller's open files.
+close_inherited_fds
+
 # alive PIDFILE: whether the process written in PIDFILE runs.
 alive() { [[ -f "$1" && -e /proc/$(<"$1") ]]; }
 

@@ -3,9 +3,11 @@
 # `realnode.sh up|down|status|image|trainer [NAME=VALUE]...|operator|netpol stop|start`.
 # up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins, CoreDNS and
 #         netpol (build.sh real-node) and the pause image, then starts containerd and a kubelet that
-#         registers node real-node-0 (label ddp-operator.io/node=real, taint
-#         ddp-operator.io/real-node:NoSchedule: only pods that tolerate it land there) with the
-#         cluster of .cluster/kubeconfig. Pods get addresses of 198.18.0.0/24 on the bridge ddp0
+#         registers node real-node-0 (label ddp-operator.io/node=real; no taint: the fake nodes
+#         have them, so a pod that asks for nothing only they have lands here) with the cluster
+#         of .cluster/kubeconfig. The builds come first; each wait after them is measured from
+#         its own start (DDP_NODE_WAIT seconds, 180 by default), and a failed up stops what it
+#         started (the whole node when it started it from nothing). Pods get addresses of 198.18.0.0/24 on the bridge ddp0
 #         (routes to 198.18.0.0/15 and the Service range only: no way off the host).
 #         Cluster DNS: CoreDNS on the bridge's address 198.18.0.1:53 only, answering for
 #         cluster.local from the cluster's API and for nothing else (no forwarding); the kubelet
@@ -27,7 +29,8 @@
 #         mount, the bridge, cgroups, iptables chains and restores the sysctls.
 # image | trainer [NAME=VALUE]... | operator: builds (or reuses) that image (hack/cluster/image.sh:
 #         image is its Debian Python 3.11 base, the others their Dockerfiles built with buildah),
-#         imports it when the node runs and prints its name.
+#         imports it when the node runs and prints its name. The trainer image of the default
+#         build arguments is tagged ddp-operator/trainer:cpu too, the examples' image.
 # status: says what runs.
 # The configuration files are the templates in realnode/. tests/test_realnode*.py run pods and
 # DDP jobs on the node and check that down leaves nothing. Needs root, socat and iptables, for
@@ -165,14 +168,42 @@ record_host() {
   touch "$rn/host.recorded"
 }
 
+# stop_started: after a failed up, stops what that up started (the daemons it started, in
+# reverse order); when it started the node from nothing, takes the node apart (down).
+stop_started() {
+  ((${#started[@]})) || return 0
+  log "up failed: stopping what it started (${started[*]})"
+  if [[ " ${started[*]} " == *" containerd "* && " ${started[*]} " == *" kubelet "* ]]; then
+    down || true
+    return 0
+  fi
+  local i
+  for ((i = ${#started[@]} - 1; i >= 0; i--)); do stop "${started[i]}" || true; done
+}
+
+# wait_until WHAT DAEMON CMD...: until CMD succeeds, DDP_NODE_WAIT seconds at most (180 by
+# default) from this call: each wait is measured from its own start, never from before a build
+# (`tools` may build for minutes on a cold machine). Fails at once if DAEMON exits.
+wait_until() {
+  local what=$1 daemon=$2 t0=$SECONDS; shift 2
+  until "$@" >/dev/null 2>&1; do
+    alive "$(<"$rn/$daemon.pid")" || die "$daemon exited: $rn/$daemon.log"
+    ((SECONDS - t0 < ${DDP_NODE_WAIT:-180})) || die "$what in ${DDP_NODE_WAIT:-180}s: $rn/$daemon.log"
+    sleep 0.5
+  done
+}
+
 up() {
-  local t0=$SECONDS
   [[ $(id -u) == 0 ]] || die "needs root"
   [[ -f "$kubeconfig" ]] || die "no cluster: run hack/cluster/cluster.sh up first"
+  # What takes long on a cold machine (the node's binaries, the pause image) comes first: no
+  # wait below counts it.
   tools
-  kubectl_ get --raw /readyz >/dev/null || die "the cluster does not answer"
   pause_image
+  local t0=$SECONDS
+  kubectl_ get --raw /readyz >/dev/null || die "the cluster does not answer"
   mkdir -p "$rn"
+  trap stop_started EXIT
   record_host
   write_configs
   make_bridge
@@ -183,11 +214,7 @@ up() {
   daemon kubelet "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$kubeconfig" \
     --root-dir "$rn/kubelet/root" --cert-dir "$rn/kubelet/pki" \
     --hostname-override "$node" --cloud-provider external --node-labels ddp-operator.io/node=real
-  until kubectl_ get node "$node" >/dev/null 2>&1; do
-    alive "$(<"$rn/kubelet.pid")" || die "kubelet exited: $rn/kubelet.log"
-    ((SECONDS - t0 < 180)) || die "node $node did not register in 180s: $rn/kubelet.log"
-    sleep 0.5
-  done
+  wait_until "node $node did not register" kubelet kubectl_ get node "$node"
   # The kubelet listens on 127.0.0.1 only, an address it refuses as its node IP ("nodeIP can't be
   # loopback address"): with --cloud-provider external it leaves the addresses to a cloud
   # controller, which this is. The apiserver reaches the kubelet (kubectl logs/exec) at the first
@@ -196,15 +223,14 @@ up() {
     -p '[{"op": "replace", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "127.0.0.1"}]}]' \
     >/dev/null
   kubectl_ taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
+  # Nodes registered before the fake nodes were tainted instead have this one.
+  kubectl_ taint node "$node" ddp-operator.io/real-node- >/dev/null 2>&1 || true
   daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
   start_netpol
   kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
     die "node $node is not Ready: $rn/kubelet.log"
-  until curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz" >/dev/null 2>&1; do
-    alive "$(<"$rn/kube-proxy.pid")" || die "kube-proxy exited: $rn/kube-proxy.log"
-    ((SECONDS - t0 < 240)) || die "kube-proxy is not healthy: $rn/kube-proxy.log"
-    sleep 0.5
-  done
+  wait_until "kube-proxy is not healthy" kube-proxy curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
+  trap - EXIT
   log "node $node is Ready in $((SECONDS - t0))s (containerd $CONTAINERD_VERSION, logs in $rn)"
 }
 
@@ -219,6 +245,11 @@ provide() {
   if pid_of containerd >/dev/null && [[ -z "$(ctr_ images ls -q "name==$ref" 2>/dev/null)" ]]; then
     import "$tar"
     log "imported $ref in $((SECONDS - t0))s"
+  fi
+  # The default trainer image is also the examples' image (examples/*.yaml), so that they run
+  # here as written: the tag is not `latest`, so the kubelet never tries to pull it.
+  if [[ $1 == trainer && $# == 1 ]] && pid_of containerd >/dev/null; then
+    ctr_ images tag --force "$ref" "$examples_trainer" >/dev/null
   fi
   # Earlier builds of this image (its name up to the key: trainer:torch2.5.1-<key>, operator:<key>)
   # go, from the cache and from the node (containerd then collects their content): the trainer

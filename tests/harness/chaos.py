@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from . import faults
+from . import faults, nodes
 from . import jobs as ddpjobs
 from .cluster import CRD_FILE, Cluster, connect, disconnect
 from .operator import OperatorProcess
@@ -73,7 +73,7 @@ class Chaos:
 
     def start(self) -> None:
         self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-        self.cluster.core.create_namespace({"metadata": {"name": self.ns}})
+        self.cluster.core.create_namespace(nodes.fake_nodes_namespace(self.ns))
         self.ledger.start()
         self.kubelet.start()
         self.operator.start().wait_ready()

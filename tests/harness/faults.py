@@ -163,16 +163,26 @@ def start_control_plane(cluster: Cluster, timeout: float = 120) -> None:
     wait_for(renewed, timeout=timeout, interval=0.5, what="every node's Lease renewed")
     time.sleep(NODE_MONITOR_PERIOD + 0.5)  # the node lifecycle controller has seen them
     wait_for(ready, timeout=timeout, interval=0.5, what="every node Ready")
-    canary(cluster, [n["metadata"]["name"] for n in awake()], timeout)
+    fake = [n for n in awake() if (n["metadata"].get("annotations") or {}).get(KWOK) == "fake"]
+    canary(cluster, [n["metadata"]["name"] for n in fake], timeout)
+
+
+KWOK = "kwok.x-k8s.io/node"  # the annotation of the nodes kwok runs
 
 
 def canary(cluster: Cluster, names: list[str], timeout: float = 120) -> None:
-    """A pod in ``default``, for one of the nodes ``names``: scheduled, Running, deleted, gone."""
+    """A pod in ``default``, for one of the fake nodes ``names``: scheduled, Running, deleted,
+    gone."""
     name = f"ddp-harness-canary-{uuid.uuid4().hex[:6]}"
     term = {"matchExpressions": [{"key": nodes.HOSTNAME, "operator": "In", "values": names}]}
     required = {"nodeSelectorTerms": [term]}
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-    spec = {"affinity": affinity, "containers": [{"name": "c", "image": "canary"}]}
+    tolerations = [{"key": k, "operator": "Exists"} for k in nodes.FAKE_NODE_TAINTS]
+    spec = {
+        "affinity": affinity,
+        "tolerations": tolerations,
+        "containers": [{"name": "c", "image": "canary"}],
+    }
     cluster.core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": spec})
 
     def phase() -> str | None:

@@ -3,6 +3,7 @@ the marks of a silenced node (see harness.faults for why each is needed)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -103,3 +104,21 @@ def _taint(cluster: Cluster, node: str, on: bool) -> None:
             if exc.status != 409:
                 raise
     raise AssertionError(f"could not {'add' if on else 'remove'} taint {SILENCED} on {node}")
+
+
+# The fake nodes' taints (hack/cluster/manifests/nodes.yaml): a pod that asks for nothing only
+# they have lands on the real node. A namespace with these annotations sends its pods to the fake
+# nodes (the API server's PodNodeSelector and PodTolerationRestriction, hack/cluster/kwokctl.yaml):
+# the tests' namespaces but those of tests marked `node`, and the chaos runs'.
+FAKE_NODE_TAINTS = ("ddp-operator.io/fake-node", "nvidia.com/gpu", "huawei.com/Ascend910")
+ON_FAKE_NODES: dict[str, str] = {
+    "scheduler.alpha.kubernetes.io/node-selector": "type=kwok",
+    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
+        [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in FAKE_NODE_TAINTS]
+    ),
+}
+
+
+def fake_nodes_namespace(name: str) -> dict[str, Any]:
+    """A Namespace whose pods land on the fake nodes (kwok), whatever their spec asks."""
+    return {"metadata": {"name": name, "annotations": ON_FAKE_NODES}}

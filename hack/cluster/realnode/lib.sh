@@ -24,10 +24,15 @@ source "$here/versions.env"
 # a later node finds the trainer image there instead of importing it again (~2.5 min). One real
 # node per machine: containerd locks this root.
 images_root="$cache/containerd-root-$CONTAINERD_VERSION"
+# The examples' trainer image (examples/*.yaml): realnode.sh trainer tags its build so.
+examples_trainer=docker.io/ddp-operator/trainer:cpu
 # What kubelet and kube-proxy change of the host's kernel settings; down restores them.
 sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
   net.bridge.bridge-nf-call-iptables net.netfilter.nf_conntrack_max)
+
+# shellcheck source=hack/cluster/fds.sh
+source "$here/fds.sh"
 
 log() { echo "[realnode $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -47,7 +52,7 @@ tools() {
 }
 
 # render TEMPLATE OUT: realnode/TEMPLATE with each setting (an upper-case word between at signs)
-# replaced by its value.
+# replaced by its value, written to OUT unless OUT holds that already.
 render() {
   sed -e "s|@RN@|$rn|g; s|@SOCK@|$sock|g; s|@BIN@|$bin|g; s|@RUNC@|$runc|g" \
     -e "s|@IMAGES_ROOT@|$images_root|g; s|@PAUSE_REF@|$pause_ref|g; s|@NODE@|$node|g" \
@@ -55,19 +60,26 @@ render() {
     -e "s|@SERVICE_CIDR@|$service_cidr|g; s|@CLUSTER_DOMAIN@|$cluster_domain|g" \
     -e "s|@KUBECONFIG@|$kubeconfig|g; s|@KUBELET_PORT@|$((port0 + 6))|g" \
     -e "s|@HEALTHZ_PORT@|$((port0 + 7))|g; s|@PROXY_HEALTHZ_PORT@|$((port0 + 8))|g" \
-    -e "s|@PROXY_METRICS_PORT@|$((port0 + 9))|g" "$here/realnode/$1" >"$2"
-  if grep -q '@[A-Z_]*@' "$2"; then die "$2: a setting is not rendered"; fi
+    -e "s|@PROXY_METRICS_PORT@|$((port0 + 9))|g" "$here/realnode/$1" >"$2.new"
+  if grep -q '@[A-Z_]*@' "$2.new"; then die "$2.new: a setting is not rendered"; fi
+  # Written only when it changes: kube-proxy exits when its configuration file is rewritten
+  # ("content of the proxy server's configuration file was updated"), so a second up must not.
+  if cmp -s "$2.new" "$2"; then rm -f "$2.new"; else mv -f "$2.new" "$2"; fi
 }
 
 # daemon NAME CMD...: starts CMD in a session of its own, its output in NAME.log, its pid in
-# NAME.pid, unless it runs; on the node's PATH (tools).
+# NAME.pid, unless it runs; on the node's PATH (tools), with none of the caller's open files
+# (close_inherited_fds). Adds NAME to `started`, what a failed up stops again.
+started=()
 daemon() {
   local name=$1 cmd; shift
   pid_of "$name" >/dev/null && return 0
   cmd="$(command -v "$1")" || die "$1 is missing (hack/prereqs.sh cluster names what to install)"
   shift
-  setsid env PATH="$node_path" "$cmd" "$@" >>"$rn/$name.log" 2>&1 </dev/null &
+  (close_inherited_fds && exec setsid env PATH="$node_path" "$cmd" "$@") \
+    >>"$rn/$name.log" 2>&1 </dev/null &
   echo $! >"$rn/$name.pid"
+  started+=("$name")
 }
 
 # stop NAME: SIGTERM, then SIGKILL after 20 s, the process recorded in NAME.pid.

@@ -1,7 +1,8 @@
 """The objects a job needs under its names (its Service, its gang's group objects, its
-NetworkPolicy, the ConfigMap its in-place pods take their attempt from, its pods):
+NetworkPolicy, the ConfigMap its pods take their host list and attempt from, its pods):
 created when missing, and, when one exists already, checked to be the job's (its controller's
-UID), never reused otherwise.
+UID), never reused otherwise; and the ConfigMap of the job's former name dropped once no pod
+of the job reads it (``job_configmap``).
 
 A fresh group (every pod of an attempt) is checked first by a server-side dry run of one pod,
 so a template the API server refuses for good (invalid, PodSecurity, a webhook) fails the job
@@ -67,12 +68,13 @@ async def create_group(
     indices: Sequence[int],
     fresh: bool,
     policy: bool = False,
+    legacy: bool = False,
 ) -> tuple[list[bool], bool]:
-    """Create the gang's objects, the Service, the ConfigMap, the NetworkPolicy if ``policy``,
-    then the pods that ``build`` makes for ``indices`` (all of a new attempt's if ``fresh``: one
-    is checked first); one that exists already must be the job's. Which pods were created
-    (False: the job's exists), and False if an object went meanwhile (the next pass creates
-    it)."""
+    """Create the gang's objects, the Service, the ConfigMap (and keep the legacy one in step if
+    ``legacy``), the NetworkPolicy if ``policy``, then the pods that ``build`` makes for
+    ``indices`` (all of a new attempt's if ``fresh``: one is checked first); one that exists
+    already must be the job's. Which pods were created (False: the job's exists), and False if
+    an object went meanwhile (the next pass creates it)."""
     first = build(indices[0])
     if fresh:
         await check(kube, first)
@@ -80,12 +82,13 @@ async def create_group(
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
     attempt = int(first["metadata"]["labels"][c.LABEL_ATTEMPT])
-    found = await give_env(kube, job, attempt) and found
+    found = await give_env(kube, job, attempt, legacy) and found
     if policy:
-        manifest = netpol.build_network_policy(job)
-        what = f"creating {netpol.KIND} {job.name}"
-        if not await step(what, kube.create_object(*netpol.API, manifest)):
-            found = await check_owner(kube, job, netpol.KIND, job.name, netpol.API) and found
+        manifest, name = netpol.build_network_policy(job), netpol.name(job)
+        if not await step(
+            f"creating {netpol.KIND} {name}", kube.create_object(*netpol.API, manifest)
+        ):
+            found = await check_owner(kube, job, netpol.KIND, name, netpol.API) and found
     gate = asyncio.Semaphore(IN_FLIGHT)
 
     async def create(index: int) -> bool:  # built only once its turn comes
@@ -102,23 +105,50 @@ async def create_group(
     return created, found
 
 
-async def give_env(kube: Kube, job: JobSpec, attempt: int) -> bool:
-    """Have the job's ConfigMap (``job_configmap``) hold the host list of the group's size and
-    say ``attempt`` (created if missing, else changed), before a pod that reads it is created or
-    told its next attempt: their containers take them as they start. False if it went
-    meanwhile (the next pass creates it)."""
-    what = f"ConfigMap {job.name}"
+async def give_env(kube: Kube, job: JobSpec, attempt: int, legacy: bool = False) -> bool:
+    """Have the job's ConfigMap (``job_configmap``), and the legacy one if ``legacy`` (a pod of
+    the job reads it), hold the host list of the group's size and say ``attempt`` (created if
+    missing, else changed), before a pod that reads it is created or told its next attempt:
+    their containers take them as they start. False if one went meanwhile (the next pass
+    creates it)."""
     hosts = builders.worker_hosts(job)
-    manifest = job_configmap.build(builders.job_object_meta(job), job.nodes, hosts, attempt)
+    names = [job_configmap.name(job.name)]
+    if legacy:
+        names.append(job_configmap.legacy_name(job.name))
+    found = True
+    for name in names:
+        meta = builders.job_object_meta(job, name)
+        manifest = job_configmap.build(meta, job.nodes, hosts, attempt)
+        found = await _give(kube, job, manifest, attempt) and found
+    return found
+
+
+async def _give(kube: Kube, job: JobSpec, manifest: Manifest, attempt: int) -> bool:
+    """Create the ConfigMap ``manifest``, or give its data to the job's existing one."""
+    name = manifest["metadata"]["name"]
+    what = f"ConfigMap {name}"
     for _ in range(2):  # once more if it went between the two calls
         if await step(f"creating {what}", kube.create_configmap(manifest)):
             return True
-        meta = await owned(kube, job, "ConfigMap", job.name)
+        meta = await owned(kube, job, "ConfigMap", name)
         if meta is not None:
             uid = str(meta.get("uid"))
-            patched = kube.patch_configmap(job.namespace, job.name, uid, manifest["data"])
+            patched = kube.patch_configmap(job.namespace, name, uid, manifest["data"])
             return await step(f"giving attempt {attempt} to {what}", patched)
     return False
+
+
+async def drop_legacy_env(kube: Kube, job: JobSpec) -> None:
+    """Delete the legacy ConfigMap (``job_configmap.legacy_name``) once no pod of the job reads
+    it, if the job controls it (its UID a precondition); one that another controls is not the
+    job's business any more, and is left alone."""
+    name = job_configmap.legacy_name(job.name)
+    meta = await step(
+        f"reading ConfigMap {name}", kube.read_metadata("ConfigMap", job.namespace, name)
+    )
+    if meta is not None and controller(meta)[0] == job.uid:
+        uid = str(meta.get("uid"))
+        await step(f"deleting ConfigMap {name}", kube.delete_configmap(job.namespace, name, uid))
 
 
 async def check(kube: Kube, pod: Manifest) -> None:

@@ -25,7 +25,7 @@ from ..decide import pacing, progress_report, reconcile
 from ..decide.conditions import progress_only
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
-from ..manifests import builders, netpol, progress_pod
+from ..manifests import builders, job_configmap, netpol, progress_pod
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
@@ -78,6 +78,7 @@ class JobRunner:
         self.written = float("-inf")  # when the status was last written (monotonic)
         self.due: float | None = None  # when a held-back progress write is due
         self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
+        self.legacy_env = False  # a pod of the job read the legacy ConfigMap (``job_configmap``)
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
@@ -235,7 +236,8 @@ class JobRunner:
             )
         # After the status that records the attempt (a crash cannot lose it), or the end; the
         # attempt in the job's ConfigMap first (``inplace_pod``: where DDP_ATTEMPT comes from).
-        if plan.tell and not await claims.give_env(self.kube, job, plan.attempt):
+        legacy = job_configmap.legacy_in_use(job.name, plan.own)
+        if plan.tell and not await claims.give_env(self.kube, job, plan.attempt, legacy):
             self.wake.set()  # gone meanwhile: the next pass creates it, then tells
             plan.tell = []
         attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
@@ -247,17 +249,21 @@ class JobRunner:
             )
             for p in pods
         )
-        created = bool(plan.create) and await self.create(job, plan)
+        created = bool(plan.create) and await self.create(job, plan, legacy)
         if not record_first:
             await self.record(plan, created)
+        if self.legacy_env and not legacy:  # its last reader is gone
+            await claims.drop_legacy_env(self.kube, job)
+        self.legacy_env = legacy
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
 
-    async def create(self, job: Any, plan: reconcile.Plan) -> bool:
-        """Create the plan's workers (and the Service they need), never reusing what is not the
-        job's (``claims``: a template the API server refuses fails the job before any pod
-        exists). A pod created lately is not asked for again before the watch shows it (a 409
-        and a read for 7% of 512 workers)."""
+    async def create(self, job: Any, plan: reconcile.Plan, legacy: bool = False) -> bool:
+        """Create the plan's workers (and the Service they need; ``legacy``: a pod of the job
+        reads the legacy ConfigMap), never reusing what is not the job's (``claims``: a
+        template the API server refuses fails the job before any pod exists). A pod created
+        lately is not asked for again before the watch shows it (a 409 and a read for 7% of
+        512 workers)."""
         now = time.monotonic()
         keys = {i: (builders.worker_name(job, i), plan.attempt) for i in plan.create}
         wanted = self.memory.unasked(keys, now, REQUESTED_TTL)
@@ -273,7 +279,9 @@ class JobRunner:
         fresh = len(wanted) == job.nodes
         try:
             policy = netpol.isolated(job, self.isolation)
-            created, found = await claims.create_group(self.kube, job, build, wanted, fresh, policy)
+            created, found = await claims.create_group(
+                self.kube, job, build, wanted, fresh, policy, legacy
+            )
         except InPlaceRefused as exc:  # the next pass says so on the job and builds them anew
             self.refused = str(exc)
             self.wake.set()

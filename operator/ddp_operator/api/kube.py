@@ -204,6 +204,17 @@ class Kube:
             raise
         return True
 
+    async def delete_configmap(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete exactly this ConfigMap (UID precondition); False if it is gone or replaced."""
+        path = _path(CORE, name, namespace=namespace, plural="configmaps")
+        try:
+            await self._call("delete_configmap", "DELETE", path, {"preconditions": {"uid": uid}})
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
+
     async def create_pod(self, manifest: Mapping[str, Any]) -> bool:
         """Create a pod; False if one of that name exists already."""
         return await self._create("create_pod", CORE, manifest, plural="pods")

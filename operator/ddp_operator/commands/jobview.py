@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,14 +45,24 @@ NOTABLE = {
 }
 
 
+FAKE = " (fake)"
+FAKE_NOTE = (
+    "(fake): a kwok node, simulated: its workers run no containers (no training, no logs), "
+    "their states are kwok's"
+)
+
+
 def render_status(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     now: datetime | None = None,
     events: Sequence[Mapping[str, Any]] = (),
+    fake_nodes: Collection[str] = (),
 ) -> str:
     """One line for the job, its notable conditions, then one line per worker; a worker not
-    started yet gets the reason of its latest Warning Event (``events``) if it has one."""
+    started yet gets the reason of its latest Warning Event (``events``) if it has one, and one
+    on a kwok node (``fake_nodes``: a local or test cluster's simulated ones) is marked, with a
+    line under the table saying what that means."""
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     nodes = int(spec.get("nodes", 1))
     lines = [
@@ -89,9 +99,12 @@ def render_status(
             waiting = f"{said[w.uid].reason}: {said[w.uid].message}".rstrip(": ")
         reason = w.unschedulable or waiting or w.reason or "-"
         exit_code = "-" if w.exit_code is None else str(w.exit_code)
-        rows.append((str(i), w.name, phase, w.node or "-", str(w.attempt_now), exit_code, reason))
+        node = (w.node or "-") + (FAKE if w.node in fake_nodes else "")
+        rows.append((str(i), w.name, phase, node, str(w.attempt_now), exit_code, reason))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
         lines.append("  ".join([*cells, row[-1]]).rstrip())
+    if any(row[3].endswith(FAKE) for row in rows[1:]):
+        lines.append(FAKE_NOTE)
     return "\n".join(lines)

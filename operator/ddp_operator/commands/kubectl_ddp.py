@@ -13,11 +13,11 @@ from typing import Any
 
 import yaml
 
-from ..decide import kubelet_events
 from ..manifests.builders import trainer_index
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
-from . import jobview, localrun, topview
+from . import jobview, localrun, refusals, topview
+from .kubeapi import Api
 
 
 def load_job(path: str) -> dict[str, Any]:
@@ -51,47 +51,6 @@ def cmd_local(args: argparse.Namespace) -> int:
     return outcome.exit_status
 
 
-class Api:
-    """The cluster of the current kubeconfig context (KUBECONFIG or --kubeconfig)."""
-
-    def __init__(self, kubeconfig: str | None, context: str | None):
-        from kubernetes import client, config
-
-        self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-        chosen = next((x for x in contexts if x["name"] == context), active) if context else active
-        self.namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
-
-    def job(self, ns: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, name)
-
-    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
-        found = self.core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}={name}")
-        items = self.api.sanitize_for_serialization(found).get("items") or []
-        return sorted(items, key=lambda p: int(p["metadata"]["labels"].get(c.LABEL_INDEX, 0)))
-
-    def pod_warnings(self, ns: str, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The namespace's Warning Events about pods, if some pod is bound but not started."""
-        if not any(
-            (p.get("status") or {}).get("phase") == "Pending"
-            and (p.get("spec") or {}).get("nodeName")
-            for p in pods
-        ):
-            return []
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            found = self.core.list_namespaced_event(
-                ns, field_selector=kubelet_events.FIELD_SELECTOR
-            )
-        except ApiException as exc:  # e.g. not allowed to list Events: the rest still shows
-            print(f"(the pods' Events could not be read: {_message(exc)})", file=sys.stderr)
-            return []
-        return self.api.sanitize_for_serialization(found).get("items") or []
-
-
 def _api(args: argparse.Namespace) -> tuple[Api, str]:
     api = Api(args.kubeconfig, args.context)
     return api, args.namespace or api.namespace
@@ -99,8 +58,9 @@ def _api(args: argparse.Namespace) -> tuple[Api, str]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     api, ns = _api(args)
-    pods = api.pods(ns, args.name)
-    print(jobview.render_status(api.job(ns, args.name), pods, events=api.pod_warnings(ns, pods)))
+    job, pods = api.job(ns, args.name), api.pods(ns, args.name)
+    fake = api.fake_nodes(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
+    print(jobview.render_status(job, pods, events=api.pod_warnings(ns, pods), fake_nodes=fake))
     return 0
 
 
@@ -161,11 +121,32 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    """Create the job. The local checks (``resolve``, a part of the CRD's) go first; where they
+    find errors, the API server is asked for its list without creating anything (a dry run),
+    as it is the whole list `kubectl apply` prints; theirs stands when it cannot be asked."""
     body = load_job(args.file)
-    resolve(body)  # the same checks as the CRD, before the round trip
-    api, ns = _api(args)
-    ns = body["metadata"].get("namespace") or ns
-    created = api.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+    try:
+        resolve(body)
+        found: list[str] = []
+    except SpecError as exc:
+        found = exc.errors
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        api, ns = _api(args)
+        ns = body["metadata"].get("namespace") or ns
+        api_args = (c.GROUP, c.VERSION, ns, c.PLURAL, body)
+        if found:
+            api.custom.create_namespaced_custom_object(*api_args, dry_run="All")
+    except ApiException as exc:
+        if exc.status == 422 or not found:
+            raise
+    except Exception:
+        if not found:
+            raise
+    if found:  # not refused by the API server (an older CRD there), or it could not be asked
+        raise SpecError(*found)
+    created = api.custom.create_namespaced_custom_object(*api_args)
     print(f"ddpjob/{created['metadata']['name']} created in {ns}")
     return 0
 
@@ -223,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except ApiException as exc:
-        return _fail(1, f"{exc.status} {exc.reason}: {_message(exc)}")
+        headline, errors = refusals.api_errors(exc.body)
+        return _fail(1, f"{exc.status} {exc.reason}: {headline}", errors)
     except ConfigException as exc:
         return _fail(1, f"no usable kubeconfig (KUBECONFIG, --kubeconfig): {exc}")
     except HTTPError as exc:
@@ -233,12 +215,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyError, TypeError, AttributeError) as exc:
         where = getattr(args, "file", "")
         return _fail(2, f"{where}: not a valid {c.KIND} ({type(exc).__name__}: {exc})")
-    except (SpecError, OSError, ValueError) as exc:
+    except SpecError as exc:
+        if len(exc.errors) < 2:
+            return _fail(2, str(exc))
+        where = getattr(args, "file", "")
+        return _fail(2, "stdin" if where == "-" else where, exc.errors)
+    except (OSError, ValueError) as exc:
         return _fail(2, str(exc))
 
 
-def _fail(code: int, message: str) -> int:
-    print("kubectl ddp: " + " ".join(message.split()), file=sys.stderr)
+def _fail(code: int, message: str, errors: Sequence[str] = ()) -> int:
+    """Say why on stderr: one line, or a headline and one line per error."""
+    said = refusals.lines(" ".join(message.split()), [" ".join(e.split()) for e in errors])
+    print("\n".join(["kubectl ddp: " + said[0], *said[1:]]), file=sys.stderr)
     return code
 
 
@@ -248,13 +237,6 @@ def _unreachable(exc: Exception) -> str:
     server = f"{pool.scheme}://{pool.host}:{pool.port}: " if pool is not None else ""
     cause = str(getattr(exc, "reason", None) or exc)
     return server + cause.split(">: ", 1)[-1]
-
-
-def _message(exc: Any) -> str:
-    try:
-        return yaml.safe_load(exc.body).get("message", "")
-    except Exception:
-        return str(exc.body or "")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ def worker_processes(job: JobSpec, base_env: Mapping[str, str]) -> list[WorkerPr
     a process description. ``base_env`` is the environment the container env is laid over."""
     procs = []
     configmap = job_configmap.data(job.nodes, builders.worker_hosts(job), 0)
+    ours = job_configmap.name(job.name)
     for i in range(job.nodes):
         pod = builders.build_worker_pod(job, i)
         spec = pod["spec"]
@@ -78,7 +79,7 @@ def worker_processes(job: JobSpec, base_env: Mapping[str, str]) -> list[WorkerPr
         for entry in container.get("env") or []:
             if "value" in entry:
                 env[entry["name"]] = expand(str(entry["value"]), env)
-            elif (value := job_configmap.lookup(entry, job.name, configmap)) is not None:
+            elif (value := job_configmap.lookup(entry, ours, configmap)) is not None:
                 env[entry["name"]] = value  # the job's ConfigMap, as the operator writes it
             else:
                 warnings.append(f"env {entry['name']}: valueFrom is not supported locally; unset")

@@ -108,7 +108,7 @@ def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[Manifest]:
         ("VC_WORKER_NUM", str(job.nodes)),
     ]
     built: list[Manifest] = [{"name": k, "value": v} for k, v in env]
-    built.append(job_configmap.hosts_env(job.name, job.nodes))
+    built.append(job_configmap.hosts_env(job_configmap.name(job.name), job.nodes))
     if job.accelerator and job.accelerator.is_ascend:
         built.append({"name": "HCCL_IF_BASE_PORT", "value": str(job.accelerator.hccl_base_port)})
         if job.accelerator.hccl_connect_timeout:
@@ -296,5 +296,5 @@ def build_worker_pod(
         metadata["annotations"] = annotations
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
     if in_place:
-        make_in_place(pod, at, attempt, job.name)
+        make_in_place(pod, at, attempt, job_configmap.name(job.name))
     return pod

@@ -1,5 +1,5 @@
-"""The job's ConfigMap ``<job>``: what its workers read from it (``configMapKeyRef``, resolved by
-the kubelet each time a container starts) rather than carry in their pods. Pure.
+"""The job's ConfigMap ``<job>-ddp-env``: what its workers read from it (``configMapKeyRef``,
+resolved by the kubelet each time a container starts) rather than carry in their pods. Pure.
 
 * ``VC_WORKER_HOSTS``: every worker's name, a value that grows with the group. Carried in each
   pod it made a group weigh N^2 (56 KB of a 58 KB pod at 2048 workers) in the API server, etcd
@@ -11,18 +11,52 @@ the kubelet each time a container starts) rather than carry in their pods. Pure.
   as their attempt moves on without a new pod. Recreate's pods carry their attempt.
 
 The ConfigMap is the job's (its controller), created before the first pod that reads it; one of
-the job's name that another owns is a NameConflict, never adopted (``claims.give_env``).
+its name that another owns is a NameConflict, never adopted (``claims.give_env``). The suffix
+keeps the job's name free for the user's own ConfigMap of scripts or settings (a habit Kubeflow
+users bring); the job's name is at most 54 characters (its pods' hostnames), so the name fits
+a ConfigMap's 253 and even a DNS label's 63.
+
+Operators built between 0.2.0 (which had no ConfigMap) and this change named it after the job
+(``legacy_name``). A job created by one keeps pods whose containers read that one at each
+(re)start, so while one of its own pods not being deleted reads it (``legacy_in_use``) the
+operator keeps both in step: every attempt it gives is written to both, and a pod it creates
+reads the new one. Once none does (its group was recreated), the old one is deleted if the job
+controls it (``claims.drop_legacy_env``); one that another controls is left alone, as the job
+no longer needs that name. The job loop sees that moment (a pass that saw a reader, then one
+that sees none): an operator that was down across it leaves the old one to go with the job,
+rather than read every job's ConfigMaps once to find out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..model import constants as c
+from ..model.workers import WorkerPod
 
 Manifest = dict[str, Any]
 
-HOSTS_ENV = "VC_WORKER_HOSTS"
+HOSTS_ENV = c.ENV_HOSTS
+SUFFIX = "-ddp-env"
+
+
+def name(job: str) -> str:
+    """The name of job ``job``'s ConfigMap: ``<job>-ddp-env``."""
+    return f"{job}{SUFFIX}"
+
+
+def legacy_name(job: str) -> str:
+    """Its name in builds after 0.2.0 before the suffix (the job's own), still read by the pods
+    of jobs created by them."""
+    return job
+
+
+def legacy_in_use(job: str, pods: Iterable[WorkerPod]) -> bool:
+    """Whether one of the job's own ``pods`` not being deleted reads the legacy ConfigMap: a
+    container of it may still (re)start and read it."""
+    old = legacy_name(job)
+    return any(p.env_configmap == old and not p.deleting for p in pods)
 
 
 def hosts_key(nodes: int) -> str:
@@ -51,7 +85,7 @@ def data(nodes: int, hosts: str, attempt: int) -> dict[str, str]:
 
 
 def build(meta: Manifest, nodes: int, hosts: str, attempt: int) -> Manifest:
-    """The ConfigMap (``meta``: the job's owned-object metadata, named after the job)."""
+    """The ConfigMap (``meta``: the job's owned-object metadata, with its name)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

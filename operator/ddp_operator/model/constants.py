@@ -46,6 +46,7 @@ BACKEND_GLOO = "gloo"
 ENV_BACKEND = "DDP_BACKEND"
 ENV_JOB_NAME = "DDP_JOB_NAME"
 ENV_ATTEMPT = "DDP_ATTEMPT"
+ENV_HOSTS = "VC_WORKER_HOSTS"  # from the job's ConfigMap (``job_configmap``)
 RESERVED_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -74,7 +75,7 @@ RESERVED_ENV = (
     "MA_VJ_NAME",
     "VC_TASK_INDEX",
     "VC_WORKER_NUM",
-    "VC_WORKER_HOSTS",
+    ENV_HOSTS,
     "HCCL_IF_BASE_PORT",
 )
 

@@ -10,7 +10,12 @@ from . import constants as c
 
 
 class SpecError(ValueError):
-    """A spec the CRD should have refused; raised when a manifest bypassed the API server."""
+    """A spec the CRD should have refused; raised when a manifest bypassed the API server.
+    ``errors``: every problem found, each naming its field (the message joins them)."""
+
+    def __init__(self, *errors: str):
+        super().__init__("; ".join(errors))
+        self.errors = list(errors)
 
 
 @dataclass(frozen=True)
@@ -120,13 +125,35 @@ def default_backend(accelerator: Accelerator | None) -> str:
     return c.BACKEND_GLOO
 
 
-def _opt_int(spec: Mapping[str, Any], key: str) -> int | None:
-    value = spec.get(key)
-    return None if value is None else int(value)
+class _Errors(list[str]):
+    """The problems found so far; a field that is not what it must be reads as ``default``."""
+
+    def int(self, raw: Mapping[str, Any], key: str, path: str, default: Any, least: int | None):
+        value = raw.get(key, default)
+        if value is None:
+            return None
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            self.append(f"{path} must be an integer, not {value!r}")
+            return default
+        if least is not None and number < least:
+            self.append(f"{path} must be at least {least}")
+            return default
+        return number
+
+    def one_of(self, raw: Mapping[str, Any], key: str, path: str, allowed: tuple[str, ...]):
+        """The value of ``key``, or ``allowed[0]`` (the default) if unset or not allowed."""
+        value = raw.get(key) or allowed[0]
+        if value not in allowed:
+            self.append(f"{path} must be one of {', '.join(allowed)}, not {value!r}")
+            return allowed[0]
+        return str(value)
 
 
 def resolve(body: Mapping[str, Any]) -> JobSpec:
-    """Resolve a DDPJob object into a JobSpec; SpecError, naming the problem, if it cannot be."""
+    """Resolve a DDPJob object into a JobSpec; SpecError, naming every problem, if it cannot
+    be."""
     try:
         return _resolve(body)
     except SpecError:
@@ -140,82 +167,96 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
 
     Applies the same defaults as the CRD schema and re-checks the few rules the builders rely
     on, so a manifest that never went through the API server (``kubectl ddp local``) is safe.
+    Every problem is found before any is raised (``kubectl ddp submit`` lists them all).
     """
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
+    errors = _Errors()
     name = meta.get("name") or ""
     if not name:
-        raise SpecError("metadata.name is required")
+        errors.append("metadata.name is required")
 
     acc_raw = spec.get("accelerator")
     accelerator = None
     if acc_raw:
+        at = "spec.accelerator"
+        if not acc_raw.get("resource"):
+            errors.append(f"{at}.resource is required")
         accelerator = Accelerator(
-            resource=str(acc_raw["resource"]),
-            per_node=int(acc_raw.get("perNode", 1)),
-            hccl_base_port=int(acc_raw.get("hcclBasePort", c.DEFAULT_HCCL_BASE_PORT)),
-            hccl_connect_timeout=_opt_int(acc_raw, "hcclConnectTimeout"),
+            resource=str(acc_raw.get("resource") or ""),
+            per_node=errors.int(acc_raw, "perNode", f"{at}.perNode", 1, 1),
+            hccl_base_port=errors.int(
+                acc_raw, "hcclBasePort", f"{at}.hcclBasePort", c.DEFAULT_HCCL_BASE_PORT, 1
+            ),
+            hccl_connect_timeout=errors.int(
+                acc_raw, "hcclConnectTimeout", f"{at}.hcclConnectTimeout", None, 1
+            ),
         )
-        if accelerator.per_node < 1:
-            raise SpecError("spec.accelerator.perNode must be at least 1")
 
-    nodes = int(spec.get("nodes", 1))
-    if nodes < 1:
-        raise SpecError("spec.nodes must be at least 1")
-
+    nodes = errors.int(spec, "nodes", "spec.nodes", 1, 1)
     procs = spec.get("procsPerNode", "auto")
     if procs in (None, "auto"):
         procs_per_node = accelerator.per_node if accelerator else 1
     else:
-        procs_per_node = int(procs)
+        try:
+            procs_per_node = int(procs)
+        except (TypeError, ValueError):
+            procs_per_node = 0
         if procs_per_node < 1:
-            raise SpecError("spec.procsPerNode must be at least 1 or 'auto'")
-        if accelerator and accelerator.per_node % procs_per_node:
-            raise SpecError("spec.procsPerNode must divide spec.accelerator.perNode")
+            errors.append(f"spec.procsPerNode must be at least 1 or 'auto', not {procs!r}")
+            procs_per_node = 1
+        elif accelerator and accelerator.per_node % procs_per_node:
+            errors.append("spec.procsPerNode must divide spec.accelerator.perNode")
 
-    backend = spec.get("backend") or "auto"
+    backend = errors.one_of(spec, "backend", "spec.backend", BACKENDS)
     if backend == "auto":
         backend = default_backend(accelerator)
     network = spec.get("network") or {}
-
-    return JobSpec(
+    restart_strategy = errors.one_of(spec, "restartStrategy", "spec.restartStrategy", RESTARTS)
+    gang = _gang(spec.get("gangScheduling"), name, errors)
+    job = JobSpec(
         name=name,
         namespace=meta.get("namespace") or "default",
         uid=meta.get("uid") or "",
         nodes=nodes,
         procs_per_node=procs_per_node,
         backend=backend,
-        master_port=int(spec.get("masterPort", c.DEFAULT_MASTER_PORT)),
+        master_port=errors.int(spec, "masterPort", "spec.masterPort", c.DEFAULT_MASTER_PORT, 1),
         accelerator=accelerator,
         template=spec.get("template") or {},
-        backoff_limit=int(spec.get("backoffLimit", c.DEFAULT_BACKOFF_LIMIT)),
+        backoff_limit=errors.int(
+            spec, "backoffLimit", "spec.backoffLimit", c.DEFAULT_BACKOFF_LIMIT, 0
+        ),
         suspend=bool(spec.get("suspend", False)),
-        active_deadline_seconds=_opt_int(spec, "activeDeadlineSeconds"),
-        ttl_seconds_after_finished=_opt_int(spec, "ttlSecondsAfterFinished"),
-        clean_pod_policy=spec.get("cleanPodPolicy") or c.CLEAN_RUNNING,
-        success_policy=spec.get("successPolicy") or c.SUCCESS_ALL_WORKERS,
-        min_nodes=_opt_int(spec, "minNodes"),
-        max_nodes=_opt_int(spec, "maxNodes"),
+        active_deadline_seconds=errors.int(
+            spec, "activeDeadlineSeconds", "spec.activeDeadlineSeconds", None, 1
+        ),
+        ttl_seconds_after_finished=errors.int(
+            spec, "ttlSecondsAfterFinished", "spec.ttlSecondsAfterFinished", None, 0
+        ),
+        clean_pod_policy=errors.one_of(spec, "cleanPodPolicy", "spec.cleanPodPolicy", CLEANUPS),
+        success_policy=errors.one_of(spec, "successPolicy", "spec.successPolicy", SUCCESSES),
+        min_nodes=errors.int(spec, "minNodes", "spec.minNodes", None, 1),
+        max_nodes=errors.int(spec, "maxNodes", "spec.maxNodes", None, 1),
         shm_size=spec.get("shmSize"),
         scheduler_name=spec.get("schedulerName"),
-        gang=_gang(spec.get("gangScheduling"), name),
+        gang=gang,
         queue=_queue(meta, name),
-        restart_strategy=_restart_strategy(spec),
+        restart_strategy=restart_strategy,
         rdzv_conf=tuple(sorted((str(k), str(v)) for k, v in (spec.get("rdzvConf") or {}).items())),
         network_isolation=network.get("isolation"),
         network_allow=tuple(network.get("allow") or ()),
     )
+    if errors:
+        raise SpecError(*errors)
+    return job
 
 
-def _restart_strategy(spec: Mapping[str, Any]) -> str:
-    strategy = spec.get("restartStrategy") or c.RESTART_IN_PLACE
-    if strategy not in (c.RESTART_IN_PLACE, c.RESTART_RECREATE):
-        raise SpecError(
-            f"spec.restartStrategy must be {c.RESTART_IN_PLACE} or {c.RESTART_RECREATE}, "
-            f"not {strategy!r}"
-        )
-    return str(strategy)
-
+# What the CRD's enums allow, the default first.
+BACKENDS = ("auto", c.BACKEND_NCCL, c.BACKEND_HCCL, c.BACKEND_GLOO, "mpi")
+CLEANUPS = (c.CLEAN_RUNNING, c.CLEAN_ALL, c.CLEAN_NONE)
+SUCCESSES = (c.SUCCESS_ALL_WORKERS, c.SUCCESS_WORKER0)
+RESTARTS = (c.RESTART_IN_PLACE, c.RESTART_RECREATE)
 
 # What each scheduler's group object can express beyond its minimum (the CRD says the same).
 GANG_OPTIONS = {
@@ -225,24 +266,23 @@ GANG_OPTIONS = {
 }
 
 
-def _gang(raw: Mapping[str, Any] | None, name: str) -> Gang | None:
+def _gang(raw: Mapping[str, Any] | None, name: str, errors: _Errors) -> Gang | None:
     if raw is None:
         return None
     scheduler = raw.get("scheduler") or c.GANG_KUBERNETES
     if scheduler not in GANG_OPTIONS:
-        raise SpecError(
+        errors.append(
             f"spec.gangScheduling.scheduler must be one of {', '.join(GANG_OPTIONS)}, "
             f"not {scheduler!r}"
         )
     for option in ("topologyKey", "timeoutSeconds", "queue"):
-        if raw.get(option) is not None and option not in GANG_OPTIONS[scheduler]:
-            raise SpecError(
-                f"spec.gangScheduling.{option} is not supported by scheduler {scheduler}"
-            )
+        if raw.get(option) is not None and option not in GANG_OPTIONS.get(scheduler, (option,)):
+            errors.append(f"spec.gangScheduling.{option} is not supported by scheduler {scheduler}")
+    timeout = "spec.gangScheduling.timeoutSeconds"
     return Gang(
         scheduler=scheduler,
         group=raw.get("podGroup") or name,
-        timeout_seconds=_opt_int(raw, "timeoutSeconds"),
+        timeout_seconds=errors.int(raw, "timeoutSeconds", timeout, None, 1),
         queue=raw.get("queue"),
         topology_key=raw.get("topologyKey"),
     )

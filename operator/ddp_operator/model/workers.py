@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,7 @@ class WorkerPod:
     finishing: bool = False  # told that the job has finished: its watch ends
     trainer_running: bool = False
     watch_broken: str | None = None  # why its watch cannot start (no /bin/sh in the image)
+    env_configmap: str | None = None  # the ConfigMap its trainer reads VC_WORKER_HOSTS from
 
     @property
     def attempt_now(self) -> int:
@@ -144,6 +146,16 @@ def _not_starting(status: Mapping[str, Any]) -> Waiting | None:
         reason = waiting.get("reason")
         if reason and reason not in STARTING:
             return Waiting(cs.get("name", ""), reason, waiting.get("message") or "")
+    return None
+
+
+def _env_configmap(container: Mapping[str, Any] | None) -> str | None:
+    """The ConfigMap a trainer takes ``VC_WORKER_HOSTS`` from (the job's: ``job_configmap``),
+    one string shared by the pods that name it."""
+    for entry in (container or {}).get("env") or ():
+        if entry.get("name") == c.ENV_HOSTS:
+            ref = (entry.get("valueFrom") or {}).get("configMapKeyRef") or {}
+            return sys.intern(ref["name"]) if ref.get("name") else None
     return None
 
 
@@ -296,5 +308,8 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
         stopped=_stopped(status),
         unretriable=(meta.get("annotations") or {}).get(c.KUEUE_RETRIABLE_ANNOTATION) == "false",
+        env_configmap=_env_configmap(
+            next((x for x in containers if x.get("name") == trainer), None)
+        ),
         **ends,
     )

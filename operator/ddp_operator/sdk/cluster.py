@@ -1,68 +1,42 @@
-"""The SDK's cluster client (``Client``), its errors and the job a ``train`` call submits."""
+"""The SDK's cluster client (``Client``) and its errors."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import queue
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
 from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
+from .manifest import job_manifest
 
 FINISHED = ("Succeeded", "Failed")
 
 
 class SDKError(Exception):
-    """A call the cluster (or the local runner) refused; the message is the API's."""
+    """A call the cluster (or the local runner) refused; the message is the API's, ``status``
+    its HTTP status (404: not found) where it has one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class JobFailed(SDKError):
     """The job ended Failed while it was awaited; the message is its Failed condition's."""
 
 
-def job_manifest(
-    entry: str | Callable[[], Any],
-    *,
-    image: str,
-    nodes: int = 2,
-    procs_per_node: int = 1,
-    name: str | None = None,
-    args: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
-    backend: str | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    """A DDPJob that runs ``entry`` under torchrun on every worker: a script path in the image,
-    or a function (its source is shipped in the job; it must import what it uses)."""
-    if callable(entry):
-        source = inspect.getsource(entry) + f"\n{entry.__name__}()\n"
-        command = ["torchrun", "--no-python", "python", "-c", source, *args]
-        default = entry.__name__.replace("_", "-").lower()
-    else:
-        command = ["torchrun", entry, *args]
-        default = entry.rsplit("/", 1)[-1].removesuffix(".py").replace("_", "-").lower()
-    trainer: dict[str, Any] = {"name": c.TRAINER_CONTAINER, "image": image, "args": command}
-    if env:
-        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    body: dict[str, Any] = {"nodes": nodes, "procsPerNode": procs_per_node, **spec}
-    body.setdefault("template", {"spec": {"containers": [trainer]}})
-    if backend:
-        body["backend"] = backend
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "metadata": {"name": name or f"{default}-{uuid.uuid4().hex[:5]}"},
-        "spec": body,
-    }
-
-
 class Client:
-    """DDPJobs on a cluster: the kubeconfig's (KUBECONFIG, or ``kubeconfig``), else in-cluster."""
+    """DDPJobs on a cluster: the kubeconfig's (KUBECONFIG, or ``kubeconfig``), else in-cluster.
+
+    As a context manager (``with Client() as client:``) it deletes, on the way out, the jobs it
+    submitted and has not deleted, finished or not, so that a failure or a timeout in the block
+    leaves nothing running; used alone, the jobs stay until deleted.
+    """
 
     def __init__(
         self,
@@ -74,14 +48,39 @@ class Client:
 
         try:
             self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
-            _, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            ns = (active or {}).get("context", {}).get("namespace")
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            chosen = next((x for x in contexts if x.get("name") == context), active) or {}
+            ns = (chosen.get("context") or {}).get("namespace")
         except config.ConfigException:
             config.load_incluster_config()
             self.api, ns = client.ApiClient(), None
         self.namespace = namespace or ns or "default"
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.submitted: list[str] = []  # what ``close`` (the end of a with block) deletes
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Delete the jobs this client submitted and has not deleted (gone already: fine), then
+        close its connections; SDKError naming those it could not delete."""
+        kept = []
+        for name in list(self.submitted):
+            try:
+                self.delete(name)
+            except SDKError as exc:
+                if exc.status != 404:
+                    kept.append(f"{name} ({exc})")
+        self.submitted.clear()
+        self.api.close()
+        if kept:
+            raise SDKError(f"could not delete ddpjobs {', '.join(kept)}")
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -93,7 +92,7 @@ class Client:
                 message = json.loads(exc.body or "{}").get("message") or exc.reason
             except ValueError:
                 message = exc.body or exc.reason
-            raise SDKError(f"{what}: {exc.status} {message}") from exc
+            raise SDKError(f"{what}: {exc.status} {message}", exc.status) from exc
 
     def _jobs(self, fn: str, *args: Any, **kw: Any) -> Any:
         call = getattr(self.custom, fn)
@@ -108,11 +107,17 @@ class Client:
         except SpecError as exc:
             raise SDKError(f"not a valid DDPJob: {exc}") from exc
         made = self._jobs("create_namespaced_custom_object", job)
+        self.submitted.append(made["metadata"]["name"])
         return made["metadata"]["name"]
+
+    def job_manifest(self, entry: str | Callable[[], Any], **kwargs: Any) -> dict[str, Any]:
+        """The DDPJob ``train(entry, **kwargs)`` would submit (``sdk.job_manifest``), to change
+        and ``submit``, or to keep."""
+        return job_manifest(entry, **kwargs)
 
     def train(self, entry: str | Callable[[], Any], **kwargs: Any) -> str:
         """Submit ``job_manifest(entry, **kwargs)``: a script or a function on every worker."""
-        return self.submit(job_manifest(entry, **kwargs))
+        return self.submit(self.job_manifest(entry, **kwargs))
 
     def list(self) -> list[dict[str, Any]]:
         """The namespace's DDPJobs."""
@@ -227,3 +232,5 @@ class Client:
     def delete(self, name: str) -> None:
         """Delete the job; its pods, Service and ConfigMap go with it."""
         self._jobs("delete_namespaced_custom_object", name)
+        if name in self.submitted:
+            self.submitted.remove(name)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
 from typing import Any
 
 from ..commands import localrun
@@ -18,7 +19,8 @@ from ..decide import progress_report
 from ..decide.conditions import format_time
 from ..model.jobspec import SpecError, resolve
 from ..progress import URL_ENV
-from .cluster import FINISHED, JobFailed, SDKError, job_manifest
+from .cluster import FINISHED, JobFailed, SDKError
+from .manifest import job_manifest
 
 
 class _Job:
@@ -44,12 +46,31 @@ class _Job:
 
 class LocalClient:
     """DDPJobs as local processes: submit, list, get, wait, logs, progress, suspend, resume and
-    delete as with ``Client``; ``image`` is not used."""
+    delete as with ``Client``; ``image`` is not used, ``namespace`` only names the jobs'. The
+    workers run this Python environment (it needs torch) in the current directory. As a context
+    manager it stops and forgets every job on the way out, as ``close`` does."""
 
     def __init__(self, namespace: str = "default") -> None:
         self.namespace = namespace
         self._jobs: dict[str, _Job] = {}
         self._server: ThreadingHTTPServer | None = None
+
+    def __enter__(self) -> LocalClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every job's processes, forget the jobs and stop the progress endpoint."""
+        for name in list(self._jobs):
+            self.delete(name)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
     def _endpoint(self) -> str:
         if self._server is None:
@@ -76,7 +97,7 @@ class LocalClient:
 
     def _job(self, name: str) -> _Job:
         if name not in self._jobs:
-            raise SDKError(f"get: 404 ddpjobs {name!r} not found")
+            raise SDKError(f"get: 404 ddpjobs {name!r} not found", 404)
         return self._jobs[name]
 
     def _start(self, name: str) -> None:
@@ -110,16 +131,20 @@ class LocalClient:
             raise SDKError(f"not a valid DDPJob: {exc}") from exc
         name = meta["name"]
         if name in self._jobs:
-            raise SDKError(f"create: 409 ddpjobs {name!r} already exists")
+            raise SDKError(f"create: 409 ddpjobs {name!r} already exists", 409)
         self._jobs[name] = _Job(body)
         if not body.get("spec", {}).get("suspend"):
             self._start(name)
         return name
 
+    def job_manifest(self, entry: str | Callable[[], Any], **kwargs: Any) -> dict[str, Any]:
+        """The DDPJob ``train(entry, **kwargs)`` would run (``image`` may be left out)."""
+        kwargs.setdefault("image", "local")
+        return job_manifest(entry, **kwargs)
+
     def train(self, entry: str | Callable[[], Any], **kwargs: Any) -> str:
         """Submit ``job_manifest(entry, **kwargs)`` (``image`` may be left out)."""
-        kwargs.setdefault("image", "local")
-        return self.submit(job_manifest(entry, **kwargs))
+        return self.submit(self.job_manifest(entry, **kwargs))
 
     def get(self, name: str) -> dict[str, Any]:
         """The job as a DDPJob object: metadata, spec and a status (phase, restarts, progress)."""

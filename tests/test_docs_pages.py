@@ -1,0 +1,90 @@
+"""The pages a newcomer follows first, run as written against the local cluster: the local
+cluster page's commands (`make demo`, then its ```bash blocks) and the SDK page's ```python
+snippets, each taken from the Markdown, not copied here."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.cluster import ROOT, Cluster, tool
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
+
+LOCAL_PAGE = ROOT / "docs" / "getting-started" / "local.md"
+SDK_PAGE = ROOT / "docs" / "tasks" / "sdk.md"
+RELEASE, SYSTEM = "ddp-operator", "ddp-system"  # what make demo installs (hack/demo.sh)
+
+
+def blocks(page: Path, language: str) -> list[str]:
+    """The page's fenced blocks of ``language``, in order."""
+    fence = re.compile(rf"^```{language}\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+    return fence.findall(page.read_text())
+
+
+def user_env() -> dict[str, str]:
+    """A user's shell in the checkout: no KUBECONFIG (the local cluster), no virtualenv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VIRTUAL_ENV")}
+    venv = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv)
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{cmd[:2]}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def demo(cluster: Cluster, crd: str, images: dict[str, str]) -> Iterator[str]:
+    """`make demo`, the page's first command, on the session's cluster; its output. The chart's
+    operator it installs stays for the module, and goes after it unless it was there before."""
+    if not cluster.local:
+        pytest.skip("the local cluster's pages")
+    first = blocks(LOCAL_PAGE, "console")[0].splitlines()[0]
+    assert first.startswith("make demo "), first
+    helm = [tool("helm"), "--kubeconfig", str(cluster.kubeconfig)]
+    installed = subprocess.run([*helm, "status", RELEASE, "-n", SYSTEM], capture_output=True)
+    done = run(["make", "demo"], user_env(), timeout=1500)
+    try:
+        yield done.stdout
+    finally:
+        if installed.returncode != 0:
+            subprocess.run([*helm, "uninstall", RELEASE, "-n", SYSTEM, "--wait"], timeout=300)
+            cluster.kubectl("delete", "namespace", "ddp-demo", SYSTEM, "--wait=false", check=False)
+
+
+def test_make_demo_leaves_an_operator_and_says_what_next(demo: str) -> None:
+    assert "ddpjob/hello-ddp Succeeded" in demo, demo[-3000:]
+    assert "The cluster and the operator keep running" in demo, demo[-3000:]
+    assert "make cluster-down" in demo
+
+
+def test_the_local_cluster_page_runs_as_written(cluster: Cluster, demo: str) -> None:
+    script = "\n".join(blocks(LOCAL_PAGE, "bash"))
+    assert "kubectl apply" in script, script
+    for job in ("hello-ddp", "train-cpu"):  # left by an earlier run that failed
+        cluster.kubectl("delete", "ddpjob", job, "-n", "default", "--ignore-not-found")
+    done = run(["bash", "-euo", "pipefail", "-c", script], user_env(), timeout=900)
+    assert "all_reduce ok" in done.stdout and "TRAINED" in done.stdout, done.stdout
+    assert "real-node-0" in done.stdout, done.stdout
+    left = cluster.kubectl("get", "ddpj", "-n", "default", "-o", "name").stdout
+    assert "hello-ddp" not in left and "train-cpu" not in left, left
+
+
+def test_the_sdk_page_runs_as_written(cluster: Cluster, demo: str) -> None:
+    snippets = blocks(SDK_PAGE, "python")
+    assert snippets
+    env = user_env() | {"KUBECONFIG": str(cluster.kubeconfig)}
+    before = set(cluster.kubectl("get", "ddpj", "-n", "default", "-o", "name").stdout.split())
+    for snippet in snippets:
+        run([sys.executable, "-c", snippet], env, timeout=600)
+    after = set(cluster.kubectl("get", "ddpj", "-n", "default", "-o", "name").stdout.split())
+    assert after <= before, f"the snippets left {after - before}"

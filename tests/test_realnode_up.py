@@ -1,0 +1,100 @@
+"""`make cluster-up` run again and again, as users do: a second up restarts nothing; no wait of
+`realnode.sh up` counts a build (the first `make demo` on a fresh machine once failed so: its
+deadline had passed while the node's binaries built); a failed up stops what it started; the
+node's daemons hold none of their caller's open files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.cluster import CLUSTER_SH, ROOT, Cluster, wait_for
+from harness.realnode import REALNODE_SH
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+
+RN = ROOT / ".cluster" / "realnode"
+DAEMONS = ("containerd", "kubelet", "kube-proxy", "coredns", "api-forward", "netpol")
+PROXY_RESTART = "content of the proxy server's configuration file was updated"
+
+
+def pids() -> dict[str, int]:
+    """The node's running daemons and their pids."""
+    found = {}
+    for name in DAEMONS:
+        pidfile = RN / f"{name}.pid"
+        if pidfile.exists() and Path(f"/proc/{pidfile.read_text().strip()}").exists():
+            found[name] = int(pidfile.read_text())
+    return found
+
+
+def stop_kube_proxy() -> None:
+    pid = pids()["kube-proxy"]
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30, what="kube-proxy to stop")
+
+
+def realnode_up(**env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(REALNODE_SH), "up"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
+
+
+def test_cluster_up_on_a_running_cluster_restarts_nothing(
+    cluster: Cluster, images: dict[str, str]
+) -> None:
+    if not cluster.local:
+        pytest.skip("the local cluster's own script")
+    before = pids()
+    assert set(before) == set(DAEMONS), before
+    seen = (RN / "kube-proxy.log").stat().st_size
+    done = subprocess.run([str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert pids() == before
+    with open(RN / "kube-proxy.log") as log:
+        log.seek(seen)
+        assert PROXY_RESTART not in log.read()
+
+
+def test_no_wait_counts_a_build_and_a_failed_up_stops_what_it_started(
+    cluster: Cluster, images: dict[str, str], tmp_path: Path
+) -> None:
+    """With a build slower than the node's wait (DDP_TEST_SLOW_BUILD > DDP_NODE_WAIT), up still
+    succeeds: each wait starts after the builds. The kube-proxy it starts holds no file of its
+    caller (a lock, as `flock LOCK make demo` would pass). With no time to wait, up fails and
+    stops the kube-proxy it started, and nothing else."""
+    stop_kube_proxy()
+    try:
+        with open(tmp_path / "caller.lock", "w") as lock:
+            done = subprocess.run(
+                [str(REALNODE_SH), "up"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "DDP_TEST_SLOW_BUILD": "25", "DDP_NODE_WAIT": "20"},
+                pass_fds=(lock.fileno(),),
+            )
+        assert done.returncode == 0, done.stderr[-3000:]
+        for name, pid in pids().items():
+            held = {os.path.realpath(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+            assert str(tmp_path / "caller.lock") not in held, name
+
+        stop_kube_proxy()
+        others = {k: v for k, v in pids().items() if k != "kube-proxy"}
+        failed = realnode_up(DDP_NODE_WAIT="0")
+        assert failed.returncode != 0
+        assert "kube-proxy is not healthy in 0s" in failed.stderr, failed.stderr[-3000:]
+        assert "stopping what it started (kube-proxy)" in failed.stderr, failed.stderr[-3000:]
+        assert pids() == others
+    finally:
+        again = realnode_up()
+        assert again.returncode == 0, again.stderr[-3000:]
+    assert set(pids()) == set(DAEMONS)
