@@ -62,9 +62,10 @@ def _trainer_restarts(pod: dict[str, Any]) -> int:
 
 
 def _log(cluster: Cluster, ns: str, pod: str) -> str:
-    """The log of worker ``pod``'s trainer container; empty before it starts."""
+    """The log of worker ``pod``'s trainer container; empty before it starts (the client
+    returns None, not "", for a container that has written nothing yet)."""
     try:
-        return cluster.core.read_namespaced_pod_log(pod, ns, container="trainer")
+        return cluster.core.read_namespaced_pod_log(pod, ns, container="trainer") or ""
     except ApiException as exc:  # not created yet, or its container not started
         if exc.status in (400, 404):
             return ""
