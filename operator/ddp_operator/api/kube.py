@@ -323,18 +323,23 @@ class Kube:
             "remove_finalizer", "PATCH", namespace, name, ops, JSON_PATCH, gone
         )
 
-    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch the DDPJob's status subresource; JobGone if the job no longer exists."""
+    async def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], verb: str = "patch_status"
+    ) -> None:
+        """Merge-patch the DDPJob's status subresource (counted as ``verb``: the progress desk's
+        writes as ``patch_progress``); JobGone if the job no longer exists."""
         try:
-            await self._patch_status(namespace, name, status)
+            await self._patch_status(namespace, name, status, verb)
         except ApiException as exc:
             if exc.status == NOT_FOUND:
                 raise JobGone(f"ddpjob {namespace}/{name} no longer exists") from exc
             raise
 
-    async def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    async def _patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], verb: str
+    ) -> None:
         path = _path(JOBS, name, namespace=namespace) + "/status"
-        await self._call("patch_status", "PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+        await self._call(verb, "PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the DDPJob itself (TTL); its children follow by garbage collection."""
