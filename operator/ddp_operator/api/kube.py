@@ -67,6 +67,16 @@ def pods_path(namespace: str) -> str:
     return _path(CORE, namespace=namespace, plural="pods") if namespace else "/api/v1/pods"
 
 
+def objects_path(api: tuple[str, str, str], namespace: str, *name: str) -> str:
+    """The path of a resource (``api``: group, "" for the core API, version, plural) in a
+    namespace (in every namespace if empty), or of one object of it (``name``)."""
+    group, version, plural = api
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if not namespace:
+        return f"{base}/{plural}"
+    return _path(base + "/namespaces/{namespace}/" + plural, *name, namespace=namespace)
+
+
 class Kube:
     """Asynchronous facade over the official client's REST layer for the few calls the operator
     makes. It skips the generated API classes: their module costs 21 MB of memory to import and
@@ -163,12 +173,18 @@ class Kube:
     async def list_pods(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
         """The pods matching the label ``selector`` in ``namespace`` (every namespace if empty),
         read in pages, and the resource version to watch from."""
-        path = pods_path(namespace)
+        return await self.list_objects("list_pods", pods_path(namespace), selector)
+
+    async def list_objects(
+        self, verb: str, path: str, selector: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The objects at ``path`` matching the label ``selector``, read in pages, and the
+        resource version to watch from."""
         items: list[dict[str, Any]] = []
         page = ""
         while True:
             query = urlencode({"labelSelector": selector, "limit": 500, "continue": page})
-            data = json.loads(await self._call("list_pods", "GET", path, query=query, expected=()))
+            data = json.loads(await self._call(verb, "GET", path, query=query, expected=()))
             items += data.get("items") or []
             page = data["metadata"].get("continue") or ""
             if not page:
@@ -247,6 +263,21 @@ class Kube:
                     f"the API server does not serve {plural}.{group}/{version}"
                 ) from exc
             raise
+
+    async def patch_object(
+        self, api: tuple[str, str, str], namespace: str, name: str, uid: str, patch: Manifest
+    ) -> bool:
+        """Merge-patch exactly this object (its UID a precondition); False if it is gone or
+        was replaced."""
+        body = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": uid}}
+        path = objects_path(api, namespace, name)
+        try:
+            await self._call(f"patch_{api[2]}", "PATCH", path, body, MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
 
     async def read_metadata(
         self, kind: str, namespace: str, name: str, api: tuple[str, str, str] | None = None
