@@ -130,3 +130,27 @@ def test_nothing_said_while_nothing_happened() -> None:
     assert conds.items == [] and conds.events == []
     owned.tell(conds, owned.Outcome([], [], [], unseen="listing services: forbidden"), True, AT)
     assert condition(conds.items, owned.COND_OWNED)["reason"] == "OwnedObjectsUnseen"
+
+
+def test_the_watch_index_wakes_a_job_on_deletions_and_changes_not_on_additions() -> None:
+    from ddp_operator.api.ownedwatch import OwnedIndex
+
+    woken: list[tuple[str, str]] = []
+    index = OwnedIndex(woken.append)
+    svc = {"metadata": {"name": "train", "namespace": "team", "uid": "s1",
+                        "labels": {c.LABEL_JOB: "train"}}, "spec": {"ports": []}}  # fmt: skip
+    index.apply("Service", [("ADDED", svc)])
+    assert woken == [] and ("Service", "train") in index.get(("team", "train"))
+    index.apply("Service", [("MODIFIED", svc)])  # the same content (a status, a version)
+    assert woken == []
+    changed = {**svc, "spec": {"ports": [{"port": 1}]}}
+    index.apply("Service", [("MODIFIED", changed)])
+    assert woken == [("team", "train")]
+    unlabelled = {**changed, "metadata": {**svc["metadata"], "labels": {}}}
+    index.apply("Service", [("MODIFIED", unlabelled)])  # gone from the job's view
+    assert woken[-1] == ("team", "train") and index.get(("team", "train")) == {}
+    index.apply("Service", [("ADDED", svc), ("DELETED", svc)])
+    assert len(woken) == 3 and index.get(("team", "train")) == {}
+    index.replace("Service", "team", [svc])
+    index.replace("Service", "team", [])  # went while the watch was not following
+    assert len(woken) == 4
