@@ -82,8 +82,9 @@ def test_rendered_rbac_is_least_privilege(mode: str) -> None:
         resources, verbs = set(rule["resources"]), set(rule["verbs"])
         assert "*" not in resources and "*" not in verbs and "*" not in rule["apiGroups"]
         assert not resources & {"secrets", "pods/exec", "pods/attach"}
-        if "configmaps" in resources:  # the job's own, by name: none other is read
-            assert resources == {"configmaps"} and verbs == {"create", "get", "patch", "delete"}
+        if "configmaps" in resources:  # the jobs' own, watched by label to be restored
+            want = {"create", "get", "list", "watch", "patch", "delete"}
+            assert resources == {"configmaps"} and verbs == want
         assert "impersonate" not in verbs and "escalate" not in verbs and "bind" not in verbs
         assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
         if "nodes" in resources:
@@ -114,7 +115,7 @@ def test_network_isolation_is_on_unless_the_values_turn_it_off() -> None:
     assert "--no-network-isolation" not in args()
     assert "--no-network-isolation" in args("networkIsolation=false")
     rules = [r for r in rules_of(render()) if "networkpolicies" in r["resources"]]
-    assert [set(r["verbs"]) for r in rules] == [{"create", "get"}]
+    assert [set(r["verbs"]) for r in rules] == [{"create", "get", "list", "watch", "patch"}]
 
 
 def test_standby_uses_kopf_peering_with_priorities() -> None:

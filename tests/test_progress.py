@@ -147,3 +147,16 @@ def test_the_last_step_reaches_the_job_though_the_script_exits_at_once(tmp_path)
         endpoint.server_close()
         with contextlib.suppress(OSError):  # let the answering thread go
             os.close(os.open(token, os.O_RDONLY | os.O_NONBLOCK))
+
+
+def test_reports_past_the_last_step_wait_their_interval(endpoint: Endpoint, monkeypatch) -> None:
+    """The first report of the last step goes at once; a script that underestimated ``total``
+    and reports on past it is rate-limited like any other (not one request a step)."""
+    monkeypatch.setenv("RANK", "0")
+    r = progress.Reporter(endpoint.url, None, interval=0.5)
+    for step in range(10, 60):
+        r.report(step, 10)
+        time.sleep(0.01)
+    r.flush()
+    steps = [g["step"] for g in endpoint.got]
+    assert steps[0] == 10 and steps[-1] == 59 and len(steps) <= 4, steps

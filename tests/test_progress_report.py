@@ -27,6 +27,7 @@ def test_a_report_becomes_status_progress() -> None:
     }
     done = pr.normalize({"step": 130, "total": 120, "etaSeconds": 5}, NOW)
     assert done["percent"] == 100.0 and done["eta"] == "0s"
+    assert done["step"] == 120 and pr.complete(done)  # past total: clamped, reads as done
     assert "percent" not in pr.normalize({"step": 3}, NOW)
 
 
@@ -83,3 +84,15 @@ def test_a_report_alone_leaves_the_loop_asleep() -> None:
     assert pr.same_but_progress(job, reported)
     assert not pr.same_but_progress(job, {**reported, "status": {"phase": "Running"}})
     assert not pr.same_but_progress(job, {**job, "spec": {"nodes": 3}})
+
+
+def test_at_most_one_write_an_interval_but_the_first_complete_report_at_once() -> None:
+    half = pr.normalize({"step": 5, "total": 10}, NOW)
+    done = pr.normalize({"step": 10, "total": 10}, NOW)
+    past = pr.normalize({"step": 11, "total": 10}, NOW)
+    assert pr.write_in(float("inf"), 5.0, half, False) == 0.0  # the first write
+    assert pr.write_in(1.0, 5.0, half, False) == 4.0
+    assert pr.write_in(1.0, 5.0, done, False) == 0.0  # the first complete one: at once
+    assert pr.write_in(1.0, 5.0, done, True) == 4.0  # the next ones wait like any other
+    assert pr.write_in(1.0, 5.0, past, True) == 4.0  # a step past total too
+    assert not pr.complete(pr.normalize({"step": 10}, NOW))  # no total: never complete

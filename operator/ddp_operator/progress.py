@@ -3,7 +3,8 @@ puts the job's progress on its DDPJob (``status.progress``, ``kubectl get ddpj``
 metrics).
 
 Call it on every rank, as often as you like: only rank 0 reports, at most once per
-``DDP_PROGRESS_INTERVAL`` seconds (10 by default; the last step is sent at once), from a
+``DDP_PROGRESS_INTERVAL`` seconds (10 by default; the first report of the last step is sent at
+once, those after it at the interval like any other), from a
 background thread. It never blocks training and never raises: with the operator down, no
 network, or no ``DDP_PROGRESS_URL`` (a run outside a DDPJob), the script runs on as before and
 says so once on stderr.
@@ -66,7 +67,8 @@ class Reporter:
         self.url, self.token_file, self.interval = url, token_file, interval
         self._cond = threading.Condition()
         self._pending: dict[str, Any] | None = None
-        self._final = False
+        self._final = False  # the pending report is the first of the last step: sent at once
+        self._final_sent = False  # it went: the reports after it wait their interval
         self._sent_at = -math.inf
         self._first: tuple[float, int] | None = None  # (time, step) of this process's first
         self._thread: threading.Thread | None = None
@@ -92,7 +94,8 @@ class Reporter:
             payload = self._payload(int(step), total, metrics)
             with self._cond:
                 self._pending = payload
-                self._final = total is not None and int(step) >= int(total)
+                last = total is not None and int(step) >= int(total)
+                self._final = last and not self._final_sent
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._run, name="ddp-progress", daemon=True
@@ -133,6 +136,8 @@ class Reporter:
                     self._cond.wait(wait)
                     continue  # a newer report may have come, or the final one
                 payload, self._pending = self._pending, None
+                self._final_sent = self._final_sent or self._final
+                self._final = False
                 self._sent_at = time.monotonic()
                 self._busy = True
             try:

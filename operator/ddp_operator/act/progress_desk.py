@@ -1,6 +1,8 @@
 """Where the training's progress reports land: each checked against the job's own pods, then
-written to the job's ``status.progress`` (at most once per WRITE_EVERY seconds a job, the latest
-report winning, but the last step at once) and its gauges.
+written to the job's ``status.progress`` and its gauges: at most once per WRITE_EVERY seconds a
+job whatever the reports say, the latest report winning; the first complete report of an attempt
+(the attempt as the operator knows it, not as the report says) goes at once, once
+(``progress_report.write_in``). 60 reports of the last step in 2 s make 2 writes at most.
 
 Only a pod the job controls, as the operator's watch sees it now, reports for the job: the sender
 is the pod the API server bound the report's token to (``progress_server``), so a pod of another
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +41,7 @@ class ProgressDesk:
         self._written: dict[Key, float] = {}
         self._later: dict[Key, asyncio.Task[None]] = {}
         self._sent: dict[Key, dict[str, Any]] = {}  # what each job's status holds
+        self._early: dict[Key, int] = {}  # the attempt whose complete report went at once
 
     def refusal(self, key: Key, sender: Sender) -> str:
         """Why the sender may not report for the job ('' if it may)."""
@@ -70,17 +74,31 @@ class ProgressDesk:
         metrics.PROGRESS_REPORTS.labels("accepted").inc()
         metrics.job_progress(namespace, name, progress, time.time())
         self._latest[key] = progress
-        wait = self._written.get(key, -WRITE_EVERY) + WRITE_EVERY - time.monotonic()
-        if wait > 0 and progress.get("percent") != 100.0:  # the last step goes at once
+        attempt = self._attempt(key)
+        since = time.monotonic() - self._written.get(key, -math.inf)
+        wait = progress_report.write_in(
+            since, WRITE_EVERY, progress, self._early.get(key) == attempt
+        )
+        if wait > 0:
             if key not in self._later:
                 self._later[key] = asyncio.create_task(self._write_later(key, wait))
             return 202, "taken (written within seconds)"
+        if progress_report.complete(progress):
+            self._early[key] = attempt
+        later = self._later.pop(key, None)
+        if later is not None:  # this write takes the latest report: no second one after
+            later.cancel()
         try:
             await self._write(key)
         except ApiException as exc:
             metrics.PROGRESS_REPORTS.labels("failed").inc()
             return 503, f"cannot write the job's status: {exc.status} {exc.reason}"
         return 202, "taken"
+
+    def _attempt(self, key: Key) -> int:
+        """The job's attempt as its loop knows it (-1: no loop)."""
+        runner = self.runners.job(key)
+        return -1 if runner is None else int(runner.status.get("restarts") or 0)
 
     async def _write_later(self, key: Key, wait: float) -> None:
         try:
@@ -90,7 +108,8 @@ class ProgressDesk:
             metrics.PROGRESS_REPORTS.labels("failed").inc()
             log.warning("ddpjob %s/%s: progress not written: %s", *key, exc)
         finally:
-            self._later.pop(key, None)
+            if self._later.get(key) is asyncio.current_task():
+                del self._later[key]
 
     async def _write(self, key: Key) -> None:
         progress = self._latest.pop(key, None)
@@ -101,7 +120,7 @@ class ProgressDesk:
         old = self._sent.get(key) or (runner.body.get("status") or {}).get("progress")
         patch = {"progress": progress_report.merge_patch(old, progress)}
         with contextlib.suppress(JobGone):
-            await self.kube.patch_status(*key, patch)
+            await self.kube.patch_status(*key, patch, verb="patch_progress")
             self._sent[key] = progress
 
     def forget(self, key: Key) -> None:
@@ -109,6 +128,7 @@ class ProgressDesk:
         self._latest.pop(key, None)
         self._written.pop(key, None)
         self._sent.pop(key, None)
+        self._early.pop(key, None)
         task = self._later.pop(key, None)
         if task is not None:
             task.cancel()

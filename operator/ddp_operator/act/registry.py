@@ -5,10 +5,11 @@ while it has a job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..api.kube import Kube
+from ..api.ownedwatch import OwnedIndex, OwnedWatch
 from ..api.podwatch import PodIndex, PodWatch
 from ..model.workers import WorkerPod
 from .runner import JobRunner, Key
@@ -28,6 +29,26 @@ class Runners:
         self._runners: dict[Key, JobRunner] = {}
         self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
         self._events: EventReader | None = None  # shared by the loops
+        self.owned_index = OwnedIndex(self.poke)
+        self._owned: dict[tuple[str, tuple[str, str, str]], OwnedWatch] = {}  # by (scope, api)
+
+    async def owned(
+        self, key: Key, wanted: Iterable[tuple[tuple[str, str, str], str]]
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], str]:
+        """The objects with the job's label (by kind and name) as the watches of their
+        resources (``wanted``: api, kind) show them, started here if new; and why they cannot
+        be seen ('' if they can)."""
+        assert self.kube is not None, "Runners.kube is set at operator start-up"
+        scope = "" if self.clusterwide else key[0]
+        unseen = []
+        for api, kind in wanted:
+            watch = self._owned.get((scope, api))
+            if watch is None:
+                watch = OwnedWatch(self.kube, api, kind, scope, self.owned_index)
+                self._owned[(scope, api)] = watch
+            if why := await watch.ready():
+                unseen.append(why)
+        return self.owned_index.get(key), "; ".join(unseen)
 
     async def pods(self, key: Key) -> list[WorkerPod]:
         """The job's pods as last observed, once its namespace's pods have been listed."""
@@ -54,6 +75,9 @@ class Runners:
         if watch is not None:
             watch.stop()
             self.index.forget(namespace)
+        for scope, api in [k for k in self._owned if k[0] == namespace]:
+            self._owned.pop((scope, api)).stop()
+        self.owned_index.forget(namespace)
 
     def phases(self) -> list[str]:
         """The status phase of every tracked job (for the jobs-by-phase gauge)."""
@@ -71,7 +95,14 @@ class Runners:
         if self._events is None:
             self._events = EventReader(self.kube)
         runner = JobRunner(
-            key, body, self.kube, self.pods, self._events, self.isolation, self.progress_url
+            key,
+            body,
+            self.kube,
+            self.pods,
+            self._events,
+            self.isolation,
+            self.progress_url,
+            self.owned,
         )
         self._runners[key] = runner
         runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))
@@ -113,6 +144,7 @@ class Runners:
         for key in list(self._runners):
             runner = self._runners.pop(key)
             await runner.stop()
-        for watch in self._watches.values():
+        for watch in [*self._watches.values(), *self._owned.values()]:
             watch.stop()
         self._watches.clear()
+        self._owned.clear()

@@ -29,7 +29,7 @@ from ..manifests import builders, job_configmap, netpol, progress_pod
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
-from . import claims, kueue_steps, stalls
+from . import claims, kueue_steps, owned_steps, stalls
 from .steps import all_steps
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ class JobRunner:
         events: stalls.EventReader | None = None,
         isolation: bool = True,
         progress_url: str | None = None,
+        owned: owned_steps.Source | None = None,
     ):
         self.key = key
         self.body = slim(body)
@@ -72,6 +73,7 @@ class JobRunner:
         self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
         self.isolation = isolation  # the operator's default for spec.network.isolation
         self.progress_url = progress_url  # where its pods report progress (``progress_pod``)
+        self.owned = owned  # its owned objects as watched (None: not kept, ``owned_steps``)
         self.memory = Memory(body.get("status"))
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
@@ -205,6 +207,11 @@ class JobRunner:
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
         self.spent = time.thread_time() - deciding
+        if self.owned is not None:  # what it owns kept as declared, told on the plan
+            policy = netpol.isolated(job, self.isolation)
+            await owned_steps.keep(
+                self.kube, self.owned, job, plan, self.attempt, policy, now, generation
+            )
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         if self.due is not None:  # a held-back progress write

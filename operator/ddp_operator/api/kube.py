@@ -67,6 +67,16 @@ def pods_path(namespace: str) -> str:
     return _path(CORE, namespace=namespace, plural="pods") if namespace else "/api/v1/pods"
 
 
+def objects_path(api: tuple[str, str, str], namespace: str, *name: str) -> str:
+    """The path of a resource (``api``: group, "" for the core API, version, plural) in a
+    namespace (in every namespace if empty), or of one object of it (``name``)."""
+    group, version, plural = api
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if not namespace:
+        return f"{base}/{plural}"
+    return _path(base + "/namespaces/{namespace}/" + plural, *name, namespace=namespace)
+
+
 class Kube:
     """Asynchronous facade over the official client's REST layer for the few calls the operator
     makes. It skips the generated API classes: their module costs 21 MB of memory to import and
@@ -163,12 +173,18 @@ class Kube:
     async def list_pods(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
         """The pods matching the label ``selector`` in ``namespace`` (every namespace if empty),
         read in pages, and the resource version to watch from."""
-        path = pods_path(namespace)
+        return await self.list_objects("list_pods", pods_path(namespace), selector)
+
+    async def list_objects(
+        self, verb: str, path: str, selector: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The objects at ``path`` matching the label ``selector``, read in pages, and the
+        resource version to watch from."""
         items: list[dict[str, Any]] = []
         page = ""
         while True:
             query = urlencode({"labelSelector": selector, "limit": 500, "continue": page})
-            data = json.loads(await self._call("list_pods", "GET", path, query=query, expected=()))
+            data = json.loads(await self._call(verb, "GET", path, query=query, expected=()))
             items += data.get("items") or []
             page = data["metadata"].get("continue") or ""
             if not page:
@@ -248,6 +264,21 @@ class Kube:
                 ) from exc
             raise
 
+    async def patch_object(
+        self, api: tuple[str, str, str], namespace: str, name: str, uid: str, patch: Manifest
+    ) -> bool:
+        """Merge-patch exactly this object (its UID a precondition); False if it is gone or
+        was replaced."""
+        body = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": uid}}
+        path = objects_path(api, namespace, name)
+        try:
+            await self._call(f"patch_{api[2]}", "PATCH", path, body, MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status in (NOT_FOUND, CONFLICT):
+                return False
+            raise
+        return True
+
     async def read_metadata(
         self, kind: str, namespace: str, name: str, api: tuple[str, str, str] | None = None
     ) -> dict[str, Any] | None:
@@ -323,18 +354,23 @@ class Kube:
             "remove_finalizer", "PATCH", namespace, name, ops, JSON_PATCH, gone
         )
 
-    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch the DDPJob's status subresource; JobGone if the job no longer exists."""
+    async def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], verb: str = "patch_status"
+    ) -> None:
+        """Merge-patch the DDPJob's status subresource (counted as ``verb``: the progress desk's
+        writes as ``patch_progress``); JobGone if the job no longer exists."""
         try:
-            await self._patch_status(namespace, name, status)
+            await self._patch_status(namespace, name, status, verb)
         except ApiException as exc:
             if exc.status == NOT_FOUND:
                 raise JobGone(f"ddpjob {namespace}/{name} no longer exists") from exc
             raise
 
-    async def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    async def _patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], verb: str
+    ) -> None:
         path = _path(JOBS, name, namespace=namespace) + "/status"
-        await self._call("patch_status", "PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+        await self._call(verb, "PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the DDPJob itself (TTL); its children follow by garbage collection."""

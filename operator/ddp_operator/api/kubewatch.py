@@ -1,5 +1,5 @@
-"""The operator's one streaming read from the API server: a watch of pods. With ``kube``, the
-only module of the operator that does I/O."""
+"""The operator's streaming reads from the API server: a watch of pods (and of the objects its
+jobs own, ``ownedwatch``). With ``kube``, the only module of the operator that does I/O."""
 
 from __future__ import annotations
 
@@ -28,8 +28,20 @@ def watch_pods(
     deliver: Callable[[list[Any], str], None],
     opened: Callable[[Any], None] = lambda _: None,
 ) -> str:
-    """Blocking: follow the events of the pods matching the label ``selector`` in ``namespace``
-    (every namespace if empty) after ``version``, handing each chunk's events to ``deliver`` as
+    """Blocking: ``watch`` the pods of ``namespace`` (every namespace if empty)."""
+    return watch(kube, pods_path(namespace), selector, version, deliver, opened)
+
+
+def watch(
+    kube: Kube,
+    path: str,
+    selector: str,
+    version: str,
+    deliver: Callable[[list[Any], str], None],
+    opened: Callable[[Any], None] = lambda _: None,
+) -> str:
+    """Blocking: follow the events of the objects at ``path`` matching the label ``selector``
+    after ``version``, handing each chunk's events to ``deliver`` as
     (type, object) pairs, with the version to resume from after them (a bookmark's alone moves
     it), until the API server ends the watch; returns that version. WatchExpired if the version
     asked for is too old. ``opened`` gets the response, whose
@@ -44,9 +56,7 @@ def watch_pods(
         }
     )
     try:
-        response = kube.open(
-            "GET", pods_path(namespace), query=query, timeout=(10, WATCH_SECONDS + 30)
-        ).response
+        response = kube.open("GET", path, query=query, timeout=(10, WATCH_SECONDS + 30)).response
     except ApiException as exc:
         if exc.status == GONE:
             raise WatchExpired(str(exc.reason)) from exc

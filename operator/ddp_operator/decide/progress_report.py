@@ -1,5 +1,12 @@
 """The training's own progress (``ddp_operator.progress.report`` in the script): a report checked
-and bounded into ``status.progress``, and how it reads (percent, ETA, stale)."""
+and bounded into ``status.progress``, how it reads (percent, ETA, stale), and when it may be
+written (``write_in``).
+
+A step past ``total`` is clamped to ``total`` (a script that underestimated its steps reads as
+done, its metrics still updated), not refused: refusing would stop its metrics and make the
+script say so for a mistake that harms nothing once its writes are bounded. Whatever the
+reports say, a job's status gets at most one progress write per interval; the first complete
+report of an attempt may go at once, ahead of the interval, once."""
 
 from __future__ import annotations
 
@@ -58,6 +65,8 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
     total = _count(payload, "total", 1)
     eta = _count(payload, "etaSeconds", 0)
     attempt = _count(payload, "attempt", 0)
+    if total is not None and step > total:
+        step = total  # clamped: a script past its estimate reads as done
     progress: dict[str, Any] = {"step": step, "metrics": _metrics(payload.get("metrics"))}
     if total is not None:
         progress["total"] = total
@@ -69,6 +78,23 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
         progress["attempt"] = attempt
     progress["updated"] = format_time(now)
     return progress
+
+
+def complete(progress: Mapping[str, Any]) -> bool:
+    """Whether a report says the last step (``step == total``, once clamped)."""
+    total = progress.get("total")
+    return total is not None and progress.get("step") == total
+
+
+def write_in(
+    since_last: float, interval: float, progress: Mapping[str, Any], early_spent: bool
+) -> float:
+    """Seconds until a job's report may be written, ``since_last`` seconds after its last
+    progress write: at most one write per ``interval``, but the first complete report of an
+    attempt at once (``early_spent``: that attempt's went already)."""
+    if complete(progress) and not early_spent:
+        return 0.0
+    return max(0.0, interval - since_last)
 
 
 def duration(seconds: float) -> str:

@@ -1,0 +1,71 @@
+"""The progress desk's writes, with a stand-in for the API server that counts them: 60 reports
+of the last step in 2 s make 2 status writes at most (the cluster test counts them with the
+operator's request metric: test_progress_flood)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from ddp_operator.act import progress_desk
+from ddp_operator.act.progress_desk import ProgressDesk
+from ddp_operator.api.progress_server import Sender
+from ddp_operator.model.workers import WorkerPod
+
+KEY = ("ns", "j")
+SENDER = Sender("ns", "j-worker-0", "pod-uid")
+
+
+class Writes:
+    """Takes status patches, keeping them (what the API server would be asked)."""
+
+    def __init__(self) -> None:
+        self.patches: list[Mapping[str, Any]] = []
+
+    async def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], verb: str = "patch_status"
+    ) -> None:
+        self.patches.append(status)
+
+
+class Loop:
+    """What the desk reads of a job's loop: its body and status."""
+
+    def __init__(self) -> None:
+        self.body: dict[str, Any] = {"metadata": {"uid": "job-uid"}, "status": {}}
+        self.status: dict[str, Any] = {"restarts": 0}
+
+
+class Jobs:
+    """What the desk reads of the registry: the job's loop and pods."""
+
+    def __init__(self) -> None:
+        self.loop = Loop()
+        pod = WorkerPod("j-worker-0", 0, 0, uid="pod-uid", owner_uid="job-uid")
+        self.index = type("Index", (), {"get": staticmethod(lambda key: [pod])})()
+
+    def job(self, key: Any) -> Loop:
+        return self.loop
+
+
+def test_a_flood_of_complete_reports_makes_two_writes_at_most(monkeypatch) -> None:
+    monkeypatch.setattr(progress_desk, "WRITE_EVERY", 1.0)
+    writes = Writes()
+    desk = ProgressDesk(writes, Jobs())  # type: ignore[arg-type]
+
+    async def flood() -> list[int]:
+        codes = [(await desk.accept(*KEY, SENDER, {"step": 5, "total": 10}))[0]]
+        for i in range(60):
+            report = {"step": 10 + i % 3, "total": 10, "metrics": {"loss": i}}
+            codes.append((await desk.accept(*KEY, SENDER, report))[0])
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(1.3)  # the held-back latest is written once the interval is over
+        return codes
+
+    codes = asyncio.run(flood())
+    assert set(codes) == {202}
+    steps = [p["progress"]["step"] for p in writes.patches]
+    assert steps == [5, 10, 10], steps  # the first, the first complete one at once, the latest
+    assert writes.patches[-1]["progress"]["metrics"]["loss"] == 59.0
+    desk.forget(KEY)

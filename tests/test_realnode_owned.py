@@ -1,0 +1,53 @@
+"""An isolated job's NetworkPolicy deleted while it trains, on the real node (its NetworkPolicy
+engine): back within seconds, the job's Events say so, and a pod of another namespace cannot
+connect to worker 0's master port once it is back (it could while the policy was missing)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+from test_realnode_netpol import _finish, _job, _master_ip, _probe, elsewhere  # noqa: F401
+
+from harness import jobs
+from harness.cluster import Cluster, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
+
+
+def test_a_deleted_network_policy_is_back_within_seconds_and_isolates_again(
+    cluster: Cluster,
+    namespace: str,
+    elsewhere: str,  # noqa: F811
+    operator,
+    images: dict[str, str],
+) -> None:
+    py, trainer = images["python"], images["trainer"]
+    jobs.apply(cluster, _job("iso", namespace, trainer, network={"isolation": True}))
+    ip = _master_ip(cluster, namespace, "iso")
+    net = client.NetworkingV1Api(cluster.api)
+    name = "iso-ddp-isolation"
+    old = net.read_namespaced_network_policy(name, namespace)
+    assert _probe(cluster, elsewhere, "stranger-0", py, ip).startswith("BLOCKED")
+    net.delete_namespaced_network_policy(name, namespace)
+    started = time.monotonic()
+
+    def back() -> bool:
+        found = net.list_namespaced_network_policy(
+            namespace, field_selector=f"metadata.name={name}"
+        )
+        return bool(found.items) and found.items[0].metadata.uid != old.metadata.uid
+
+    wait_for(back, timeout=10, interval=0.2, what="the NetworkPolicy created again")
+    took = time.monotonic() - started
+    assert took < 5, took
+    events = jobs.wait_event(cluster, namespace, "iso", "NetworkPolicyRestored")
+    assert events and events[-1]["type"] == "Warning", events
+    restored = jobs.wait_event(cluster, namespace, "iso", "ObjectsRestored")
+    assert any(f"NetworkPolicy {name} missing" in e["message"] for e in restored), restored
+    time.sleep(2)  # the engine takes the policy in
+    assert _probe(cluster, elsewhere, "stranger-1", py, ip).startswith("BLOCKED")
+    _finish(cluster, namespace, "iso")
+    done = jobs.wait_phase(cluster, namespace, "iso", "Succeeded", timeout=120)
+    assert done["status"]["restarts"] == 0, done["status"]
