@@ -1,6 +1,7 @@
 """An isolated job's NetworkPolicy deleted while it trains, on the real node (its NetworkPolicy
 engine): back within seconds, the job's Events say so, and a pod of another namespace cannot
-connect to worker 0's master port once it is back (it could while the policy was missing)."""
+connect to worker 0's master port once it is back (it could while the policy was missing); its
+ConfigMap deleted before an in-place restart: every process still gets its attempt."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import time
 
 import pytest
 from kubernetes import client
+from test_realnode_inplace import ATTEMPT, SCRIPT, _pods
 from test_realnode_netpol import _finish, _job, _master_ip, _probe, elsewhere  # noqa: F401
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
+from harness.realnode import kubectl_ddp, trainer_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
 
@@ -51,3 +54,39 @@ def test_a_deleted_network_policy_is_back_within_seconds_and_isolates_again(
     _finish(cluster, namespace, "iso")
     done = jobs.wait_phase(cluster, namespace, "iso", "Succeeded", timeout=120)
     assert done["status"]["restarts"] == 0, done["status"]
+
+
+def test_an_in_place_restart_after_the_configmap_was_deleted_gives_every_process_its_attempt(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """The job's ConfigMap (where an in-place pod's containers take DDP_ATTEMPT from as they
+    start) deleted while the group runs: back at once, and the in-place restart that follows
+    gives attempt 1 to every process."""
+    job = trainer_job(
+        "cm",
+        namespace,
+        images["trainer"],
+        [],
+        procsPerNode=2,
+        backoffLimit=2,
+        restartStrategy="InPlace",
+    )
+    job["spec"]["template"]["spec"]["containers"][0] |= {"command": ["sh", "-c", SCRIPT]}
+    jobs.apply(cluster, job)
+    wait_for(
+        lambda: (
+            len(ps := _pods(cluster, namespace, "cm")) == 2
+            and all(p["status"].get("podIP") for p in ps)
+        ),
+        timeout=120,
+        what="both workers with their IPs",
+    )
+    cluster.core.delete_namespaced_config_map("cm-ddp-env", namespace)
+    restored = jobs.wait_event(cluster, namespace, "cm", "ObjectsRestored")
+    assert any("ConfigMap cm-ddp-env" in e["message"] for e in restored), restored
+    done = jobs.wait_phase(cluster, namespace, "cm", "Succeeded", timeout=300)
+    assert done["status"]["restarts"] == 1, done["status"]
+    logs = kubectl_ddp(cluster, "logs", "cm", "-n", namespace)
+    seen = ATTEMPT.findall(logs)
+    assert sorted(int(rank) for rank, _ in seen) == [0, 1, 2, 3], logs
+    assert {attempt for _, attempt in seen} == {"1"}, logs
