@@ -26,7 +26,9 @@ NOT_REASONS = {
     "AllWorkers", "Worker0", "InPlace", "Fail", "Kubernetes", "Coscheduling", "Volcano", "All",
     "None", "Never", "Memory", "In", "NoExecute", "IfNotPresent", "OnFailure", "RuntimeDefault",
     "FallbackToLogsOnError", "RestartAllContainers", "PodScheduled", "Terminating", "Exists",
-    "Background",
+    "Background", "NotIn",
+    # pod condition types every pod has, which the operator ignores
+    "Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers",
     # the kubelet's words for a container it cannot start (read, never set)
     "StartError", "RunContainerError",
     # kinds, and the vocabulary of Events, conditions and HTTP
@@ -34,6 +36,8 @@ NOT_REASONS = {
     "Warning", "Normal", "True", "False", "BearerToken", "Accept", "TokenReview", "Authorization",
     # the SDK's names and its local jobs' last phase
     "Client", "LocalClient", "SDKError", "JobFailed", "Deleted",
+    # torchrun's words, read in termination messages
+    "Signal", "ChildFailedError",
 }
 # fmt: on
 WORD = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$|^[A-Z][a-z]+$")

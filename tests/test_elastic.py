@@ -135,3 +135,29 @@ def test_elastic_env_lets_torchrun_restart_and_rendezvous_again() -> None:
     assert [e["value"] for e in env if e["name"] == "PET_MAX_RESTARTS"] == ["9"]
     fixed = builders.build_worker_pod(resolve(ddpjob("j", "ns", nodes=2)), 0)
     assert "PET_MAX_RESTARTS" not in {e["name"] for e in fixed["spec"]["containers"][0]["env"]}
+
+
+def test_a_worker_failing_every_time_is_replaced_up_to_max_replacements() -> None:
+    """Worker 2 fails again after each replacement: replaced alone twice (maxReplacements 2),
+    then the group decision (backoffLimit 0: the job fails, saying why)."""
+    j = job(maxNodes=4, failurePolicy={"maxReplacements": 2}, backoffLimit=0)
+    _, st = advance(j, {}, pods(3))
+    for n, uid in enumerate(("p2", "q2", "r2"), start=1):
+        others = pods(2)
+        failed = own("j-worker-2", 2, 0, "Failed", uid=uid, exit_code=1, reason="Error")
+        p, st = advance(j, st, [*others, failed])
+        if n <= 2:
+            assert st["replacements"] == n and st["phase"] == "Running", st
+            assert st["firstFailure"]["action"] == "ReplaceWorker"
+            p, st = advance(j, st, others, seen={("j-worker-2", 0)})  # gone: created again
+            assert p.create == [2]
+            successor = own("j-worker-2", 2, 0, "Running", uid=f"s{n}")
+            _, st = advance(j, st, [*others, successor], seen={("j-worker-2", 0)})
+    assert st["phase"] == "Failed" and st["replacements"] == 2, st
+    failed = cond(st, "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"].startswith("j-worker-2 exited with code 1 (Error)")
+    assert failed["message"].endswith(
+        "the group was restarted 0 times (backoffLimit 0); not alone: maxReplacements (2) reached"
+    ), failed
+    assert st["firstFailure"]["action"] == "FailJob"

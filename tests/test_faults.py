@@ -87,8 +87,9 @@ def test_a_worker_whose_node_stops_answering_restarts_the_group_elsewhere(
 ) -> None:
     """The node is not deleted: it stops answering. The worker counts as failed once the node is
     lost (unreachable taint + the workers' 30 s toleration), its pod, stuck Terminating with no
-    kubelet to confirm, is force-deleted, and the group runs again on other nodes."""
-    jobs.apply(local, ddpjob("lost", namespace, nodes=2))
+    kubelet to confirm, is force-deleted, and the group runs again on other nodes. A disruption:
+    not counted against backoffLimit (0: a counted restart would fail the job)."""
+    jobs.apply(local, ddpjob("lost", namespace, nodes=2, backoffLimit=0))
     ws = wait_running(local, namespace, "lost", 2)
     node = ws[1]["spec"]["nodeName"]
     last_heartbeat = faults.silence_node(local, node)
@@ -96,7 +97,11 @@ def test_a_worker_whose_node_stops_answering_restarts_the_group_elsewhere(
         job = jobs.wait_condition(local, namespace, "lost", "Restarting", timeout=180)
         message = jobs.condition(job, "Restarting")["message"]
         assert f"lost-worker-1 was lost with its node {node}" in message
+        assert "not counted (a disruption; 1 of 10)" in message, message
         again = wait_running(local, namespace, "lost", 2, attempt=1, timeout=120)
+        status = (jobs.get(local, namespace, "lost") or {})["status"]
+        assert (status["countedRestarts"], status["uncountedRestarts"]) == (0, 1), status
+        assert status["firstFailure"]["reason"] in ("NodeLost", "DeletionByTaintManager")
         recovered = datetime.now(UTC)
         assert all(w["spec"]["nodeName"] != node for w in again)
         assert {w["metadata"]["uid"] for w in again}.isdisjoint(w["metadata"]["uid"] for w in ws)

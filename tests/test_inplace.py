@@ -14,6 +14,7 @@ import pytest
 
 from ddp_operator.decide import inplace, reconcile
 from ddp_operator.decide.conditions import condition, format_time
+from ddp_operator.decide.failure_facts import of_pod
 from ddp_operator.decide.memory import Memory
 from ddp_operator.manifests import builders
 from ddp_operator.model import constants as c
@@ -73,7 +74,7 @@ def test_a_trainer_that_exits_non_zero_is_a_failure_of_its_attempt() -> None:
     pod = worker(1, trainer=exited(3))
     assert pod.in_place and pod.failed_in_place and pod.exit_code == 3 and pod.watching
     assert pod.phase == "Failed"  # what the pod will be: its watch keeps it running till told
-    assert "j-worker-1 exited with code 3 (Error)" in pod.describe_end()
+    assert "j-worker-1 exited with code 3 (Error)" in of_pod(pod).describe()
     done = worker(1, trainer=exited(0))
     assert done.phase == "Succeeded" and not done.failed_in_place
 

@@ -101,6 +101,36 @@ def test_workers_on_kwoks_fake_nodes_are_marked_and_the_mark_explained() -> None
     assert "(fake)" not in jobview.render_status(body, placed)
 
 
+def test_render_status_names_the_first_failure_with_its_last_lines() -> None:
+    body = ddpjob("f", "ns", nodes=2)
+    body["status"] = {
+        "phase": "Restarting",
+        "restarts": 3,
+        "uncountedRestarts": 2,
+        "firstFailure": {
+            "attempt": 2,
+            "worker": 1,
+            "localRank": 1,
+            "exitCode": 1,
+            "reason": "Error",
+            "message": "Traceback (most recent call last):\nValueError: bad batch 17",
+            "action": "RestartGroup",
+            "rule": "default",
+            "collateral": 1,
+        },
+    }
+    lines = jobview.render_status(body, []).splitlines()
+    assert "restarts=3 (2 not counted)" in lines[0]
+    assert lines[1] == (
+        "  first failure (attempt 2): worker 1 (local rank 1): exit code 1, Error; "
+        "1 more failed after it; RestartGroup (default)"
+    )
+    assert lines[2:4] == [
+        "    | Traceback (most recent call last):",
+        "    | ValueError: bad batch 17",
+    ]
+
+
 def test_render_status_of_an_in_place_pod_shows_its_attempt_and_its_trainers_end() -> None:
     body = ddpjob("p", "ns", nodes=1)
     body["status"] = {"phase": "Running", "restarts": 2}

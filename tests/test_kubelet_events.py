@@ -11,7 +11,8 @@ from ddp_operator.commands import jobview
 from ddp_operator.decide import kubelet_events
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.model.jobspec import resolve
-from ddp_operator.model.workers import Waiting, WorkerPod, observe
+from ddp_operator.model.pod_status import Waiting
+from ddp_operator.model.workers import WorkerPod, observe
 
 from jobs import ddpjob
 

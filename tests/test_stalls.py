@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY
 from ddp_operator.act import stalls
 from ddp_operator.api.kube import Kube
 from ddp_operator.model.jobspec import resolve
-from ddp_operator.model.workers import Waiting, WorkerPod
+from ddp_operator.model.pod_status import Waiting
+from ddp_operator.model.workers import WorkerPod
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for

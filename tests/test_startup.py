@@ -13,7 +13,8 @@ from ddp_operator.commands import jobview
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.manifests import builders
 from ddp_operator.model.jobspec import resolve
-from ddp_operator.model.workers import Waiting, WorkerPod
+from ddp_operator.model.pod_status import Waiting
+from ddp_operator.model.workers import WorkerPod
 
 from harness import jobs, pods
 from harness.cluster import Cluster

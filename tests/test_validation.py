@@ -113,6 +113,140 @@ def test_bad_spec_is_refused_naming_the_field(
     assert not cluster.core.list_namespaced_pod(namespace).items
 
 
+OK_RULE = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}
+
+
+def exit_codes(operator: str = "In", **more: object) -> dict:
+    return {"action": "FailJob", "onExitCodes": {"operator": operator, **more}}
+
+
+# (id, rules, the field path named, words of the API server's answer)
+POLICY_CASES = [
+    (
+        "unknown-action",
+        [{"action": "Retry", "onReasons": ["OOMKilled"]}],
+        "spec.failurePolicy.rules[0].action",
+        "Unsupported value",
+    ),
+    (
+        "no-matcher",
+        [OK_RULE, {"name": "catch-all", "action": "FailJob"}],
+        "spec.failurePolicy.rules[1]",
+        "a rule needs at least one matcher",
+    ),
+    (
+        "empty-reasons",
+        [{"action": "FailJob", "onReasons": []}],
+        "spec.failurePolicy.rules[0].onReasons",
+        "at least 1 items",
+    ),
+    (
+        "exit-codes-equals",
+        [exit_codes("Equals", values=[1])],
+        "spec.failurePolicy.rules[0].onExitCodes.operator",
+        "Unsupported value",
+    ),
+    (
+        "exit-codes-no-values",
+        [exit_codes()],
+        "spec.failurePolicy.rules[0].onExitCodes.values",
+        "Required value",
+    ),
+    (
+        "exit-codes-empty-values",
+        [exit_codes(values=[])],
+        "spec.failurePolicy.rules[0].onExitCodes.values",
+        "at least 1 items",
+    ),
+    (
+        "exit-code-300",
+        [exit_codes(values=[1, 300])],
+        "spec.failurePolicy.rules[0].onExitCodes.values[1]",
+        "less than or equal to 255",
+    ),
+    (
+        "exit-codes-twice",
+        [exit_codes(values=[1, 1])],
+        "spec.failurePolicy.rules[0].onExitCodes.values[1]",
+        "Duplicate value",
+    ),
+    (
+        "condition-without-type",
+        [{"action": "FailJob", "onPodConditions": [{"reason": "PreemptionByScheduler"}]}],
+        "spec.failurePolicy.rules[0].onPodConditions[0].type",
+        "Required value",
+    ),
+    (
+        "empty-pattern",
+        [{"action": "FailJob", "onMessagePattern": ""}],
+        "spec.failurePolicy.rules[0].onMessagePattern",
+        "at least 1 chars",
+    ),
+    (
+        "bad-pattern",
+        [OK_RULE, {"action": "FailJob", "onMessagePattern": "CUDA (out of memory"}],
+        "spec.failurePolicy.rules[1].onMessagePattern",
+        "must be a regular expression",
+    ),
+    (
+        # Python's re has lookahead, RE2 (the API server's) has not: keep to what both accept.
+        "lookahead-pattern",
+        [{"action": "FailJob", "onMessagePattern": "NCCL(?= error)"}],
+        "spec.failurePolicy.rules[0].onMessagePattern",
+        "must be a regular expression",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "rules", "field", "words"), POLICY_CASES, ids=[c[0] for c in POLICY_CASES]
+)
+def test_bad_failure_policy_rule_is_refused_naming_the_field(
+    cluster: Cluster, namespace: str, name: str, rules: list, field: str, words: str
+) -> None:
+    body = ddpjob(name, namespace, failurePolicy={"rules": rules})
+    result = jobs.apply(cluster, body, check=False)
+    assert result.returncode != 0, result.stdout
+    assert field in result.stderr and words in result.stderr, result.stderr
+    assert jobs.get(cluster, namespace, name) is None
+
+
+def test_failure_policy_with_every_matcher_is_accepted_with_defaults(
+    cluster: Cluster, namespace: str
+) -> None:
+    rules = [
+        {
+            "name": "script-bug",
+            "action": "FailJob",
+            "onExitCodes": {"operator": "In", "values": [1, 2]},
+        },
+        {
+            "name": "preempted",
+            "action": "RestartGroupNotCounted",
+            "onPodConditions": [
+                {"type": "DisruptionTarget", "reason": "PreemptionByScheduler"},
+                {"type": "DisruptionTarget"},
+            ],
+        },
+        {"action": "RestartGroup", "onReasons": ["OOMKilled", "Evicted"]},
+        {
+            "name": "flaky-nccl",
+            "action": "ReplaceWorker",
+            "onExitCodes": {"operator": "NotIn", "values": [0, 137]},
+            "onReasons": ["Error"],
+            "onMessagePattern": r"CUDA out of memory|NCCL (error|timeout)|\bECC\b",
+        },
+    ]
+    body = ddpjob("policy", namespace, suspend=True, failurePolicy={"rules": rules})
+    jobs.apply(cluster, body)
+    policy = jobs.get(cluster, namespace, "policy")["spec"]["failurePolicy"]
+    assert policy == {"maxUncountedRestarts": 10, "maxReplacements": 10, "rules": rules}
+    # It may change on a live job.
+    changed = {"maxUncountedRestarts": 0, "maxReplacements": 3, "rules": rules[:1]}
+    jobs.apply(cluster, ddpjob("policy", namespace, suspend=True, failurePolicy=changed))
+    assert jobs.get(cluster, namespace, "policy")["spec"]["failurePolicy"] == changed
+
+
 def test_name_too_long_for_worker_pod_names(cluster: Cluster, namespace: str) -> None:
     fits = "a" * 53  # 53 + len("-worker-9") = 62
     assert jobs.apply(cluster, ddpjob(fits, namespace, nodes=10), check=False).returncode == 0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddp_operator.decide.failure_facts import of_pod
 from ddp_operator.manifests import builders
 from ddp_operator.model.jobspec import resolve
-from ddp_operator.model.workers import Waiting, observe
+from ddp_operator.model.pod_status import Waiting
+from ddp_operator.model.workers import observe
 
 from jobs import ddpjob
 
@@ -73,4 +75,5 @@ def test_an_exit_code_of_a_signal_names_the_signal() -> None:
         (200, "Error", "exited with code 200 (Error)"),  # 128 + 72: no such signal
     ):
         w = observe(pod({"phase": "Failed", "containerStatuses": [terminated(code, reason)]}))
-        assert w is not None and words in w.describe_end(), (code, w.describe_end())
+        said = of_pod(w).describe()
+        assert w is not None and words in said, (code, said)

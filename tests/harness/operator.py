@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from .cluster import Cluster, wait_for
@@ -68,6 +70,17 @@ class OperatorProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP while in the block, SIGCONT after: an operator too busy to look (what
+        happens meanwhile, it sees at once when it goes on)."""
+        assert self.proc is not None and self.proc.poll() is None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.proc.pid, signal.SIGCONT)
 
 
 def free_port() -> int:

@@ -177,7 +177,15 @@ class JobRunner:
             else:
                 seen, evicted = self.memory.seen, self.memory.evicted
                 plan = reconcile.plan(
-                    job, self.status, pods, now, generation, failure, seen, evicted
+                    job,
+                    self.status,
+                    pods,
+                    now,
+                    generation,
+                    failure,
+                    seen,
+                    evicted,
+                    last=self.memory.last,
                 )
                 # Only the report; the actions are retried by the next pass.
                 plan.create, plan.delete, plan.force_delete, plan.delete_job = [], [], [], False
@@ -202,7 +210,17 @@ class JobRunner:
         pods, look_again = await stalls.explain(self.events, job, pods, now)
         deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
         plan = reconcile.plan(
-            job, self.status, pods, now, generation, self.failure, seen, evicted, told, self.refused
+            job,
+            self.status,
+            pods,
+            now,
+            generation,
+            self.failure,
+            seen,
+            evicted,
+            told,
+            self.refused,
+            self.memory.last,
         )
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
@@ -319,6 +337,9 @@ class JobRunner:
         )
         if replaced > 0:
             metrics.REPLACEMENTS.inc(replaced)
+        first = plan.status.get("firstFailure")
+        if first and first != self.status.get("firstFailure"):
+            metrics.FAILURES.labels(first.get("reason", ""), first.get("action", "")).inc()
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
         now = time.monotonic()
         hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written

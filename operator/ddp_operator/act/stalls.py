@@ -15,7 +15,8 @@ from ..api.kube import Kube
 from ..decide import kubelet_events
 from ..decide.failures import api_message
 from ..model.jobspec import JobSpec
-from ..model.workers import Waiting, WorkerPod
+from ..model.pod_status import Waiting
+from ..model.workers import WorkerPod
 
 SHARED_SECONDS = 1.0  # a list answers every job of its namespace that asks within this
 

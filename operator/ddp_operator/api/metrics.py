@@ -21,6 +21,11 @@ REPLACEMENTS = Counter(
     "ddp_operator_worker_replacements", "Workers of elastic jobs replaced alone (no group restart)"
 )
 PODS_CREATED = Counter("ddp_operator_pods_created", "Worker pods created")
+FAILURES = Counter(
+    "ddp_operator_failures",
+    "Failed attempts by their first failure's reason and the action the job took",
+    ["reason", "action"],
+)
 API_REQUESTS = Counter(
     "ddp_operator_api_requests", "API requests made by the operator", ["verb", "code"]
 )

@@ -10,7 +10,8 @@ from ..decide import kubelet_events
 from ..decide.conditions import parse_time
 from ..decide.progress_report import summary
 from ..model import constants as c
-from ..model.workers import STARTING, observe
+from ..model.pod_status import STARTING
+from ..model.workers import observe
 
 
 def age(timestamp: str | None, now: datetime | None = None) -> str:
@@ -45,6 +46,31 @@ NOTABLE = {
 }
 
 
+def _restarts(status: Mapping[str, Any]) -> str:
+    """All group restarts, and of them those not counted against backoffLimit, if any."""
+    text = str(status.get("restarts", 0))
+    if status.get("uncountedRestarts"):
+        text += f" ({status['uncountedRestarts']} not counted)"
+    return text
+
+
+def _first_failure(status: Mapping[str, Any]) -> list[str]:
+    """The failure that decided the last restart or the end: who, how, and its last lines."""
+    first = status.get("firstFailure") or {}
+    if not first:
+        return []
+    who = f"worker {first['worker']}" if "worker" in first else "the group"
+    if "localRank" in first:
+        who += f" (local rank {first['localRank']})"
+    how = f"exit code {first['exitCode']}" if "exitCode" in first else ""
+    how = ", ".join(filter(None, (how, first.get("signal"), first.get("reason"))))
+    head = f"  first failure (attempt {first.get('attempt', 0)}): {who}: {how}"
+    head += f"; {first['collateral']} more failed after it" if first.get("collateral") else ""
+    head += f"; {first.get('action')} ({first.get('rule')})"
+    tail = [f"    | {line}" for line in (first.get("message") or "").splitlines()[-10:]]
+    return [head, *tail]
+
+
 FAKE = " (fake)"
 FAKE_NOTE = (
     "(fake): a kwok node, simulated: its workers run no containers (no training, no logs), "
@@ -67,7 +93,7 @@ def render_status(
     nodes = int(spec.get("nodes", 1))
     lines = [
         f"ddpjob/{meta['name']}  phase={status.get('phase', 'Pending')}  nodes={nodes}  "
-        f"restarts={status.get('restarts', 0)}  age={age(meta.get('creationTimestamp'), now)}"
+        f"restarts={_restarts(status)}  age={age(meta.get('creationTimestamp'), now)}"
     ]
     if spec.get("minNodes") is not None and spec.get("maxNodes") is not None:
         lines[0] += (  # elastic: the live world size, and the workers replaced alone
@@ -79,6 +105,7 @@ def render_status(
     for cond in status.get("conditions") or []:
         if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")
+    lines += _first_failure(status)
     rows = [("WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON")]
     by_index = {}
     for pod in pods:

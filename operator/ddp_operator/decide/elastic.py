@@ -1,15 +1,16 @@
-"""Elastic jobs (``JobSpec.scalable``: torchrun's c10d rendezvous, minNodes < maxNodes),
-decided. Pure.
+"""Elastic jobs (``JobSpec.scalable``: torchrun's c10d rendezvous, minNodes < maxNodes), decided.
+Pure.
 
 A worker other than 0 that fails, vanishes or is being removed is replaced alone: its pod is
 deleted (unless it is going already) and created again in the same attempt, while the others go
 on and torchrun's agents re-rendezvous without it, then with its successor. The job counts it in
-``status.replacements``, never as a group restart. Until the successor is seen, the status keeps
-the index and UID of the pod replaced (``status.replacing``), so that no pass, and no operator
-that takes over, answers one loss twice. Worker 0 hosts the rendezvous: its loss, or a failure
-that must restart the group (a restart stuck in place), goes the group's way (``recovery``).
-``spec.nodes`` may change within [minNodes, maxNodes]: new indices are created and join the next
-rendezvous; indices past it are removed.
+``status.replacements``, never as a group restart, up to ``failurePolicy.maxReplacements``.
+Until the successor is seen, the status keeps the index and UID of the pod replaced
+(``status.replacing``), so that no pass, and no operator that takes over, answers one loss
+twice. Worker 0 hosts the rendezvous: its loss, or a failure that must restart the group (a
+restart stuck in place), goes the group's way (``recovery``). ``spec.nodes`` may change within
+[minNodes, maxNodes]: new indices are created and join the next rendezvous; indices past it are
+removed.
 """
 
 from __future__ import annotations
@@ -46,26 +47,34 @@ def replaced(pod: WorkerPod, replacing: Mapping[int, str]) -> bool:
     return bool(pod.uid) and replacing.get(pod.index) == pod.uid
 
 
-def alone(
-    job: JobSpec, failed: Mapping[int, str], current: Mapping[int, WorkerPod], stuck: list[str]
-) -> bool:
-    """Whether the failed workers are replaced alone: an elastic job, worker 0 alive and not
-    among them, and no restart stuck in place."""
-    if not job.scalable or not failed or stuck or 0 in failed:
-        return False
+def not_alone(
+    job: JobSpec, failed: Iterable[int], current: Mapping[int, WorkerPod], stuck: list[str]
+) -> str | None:
+    """Why the failed workers (indices) cannot be replaced alone, None if they can: an elastic
+    job, worker 0 alive and not among them, and no restart stuck in place."""
+    if not job.scalable:
+        return "not an elastic job (minNodes < maxNodes, no gang or queue)"
+    if stuck:
+        return "a restart in place is stuck"
+    if 0 in failed:
+        return "worker 0 (the rendezvous host) failed"
     master = current.get(0)
-    return master is not None and not master.deleting and master.phase not in FINISHED_PHASES
+    if master is None or master.deleting or master.phase in FINISHED_PHASES:
+        return "worker 0 (the rendezvous host) is gone or has ended"
+    return None
 
 
 def replace(
     conds: Conditions,
     new: dict[str, Any],
-    failed: Mapping[int, str],
+    failed: list[int],
     current: dict[int, WorkerPod],
     replacing: dict[int, str],
+    why: str,
 ) -> list[WorkerPod]:
-    """Replace the failed workers alone: record them (``new``: replacing, replacements), say so
-    (a Warning Event), and take them out of ``current``. Returns their pods to delete."""
+    """Replace the failed workers (indices) alone: record them (``new``: replacing,
+    replacements), say so (a Warning Event, ``why`` first), and take them out of ``current``.
+    Returns their pods to delete."""
     delete = []
     for i in sorted(failed):
         pod = current.pop(i, None)
@@ -75,11 +84,7 @@ def replace(
     count = int(new.get("replacements") or 0) + len(failed)
     new["replacements"] = count
     new["replacing"] = record(replacing)
-    what = "; ".join(failed[i] for i in sorted(failed))
-    message = (
-        f"{what}; replacing it alone (elastic: the other workers re-rendezvous; "
-        f"{count} replacements so far)"
-    )
+    message = f"{why}; replacing it alone (elastic: the other workers re-rendezvous)"
     conds.events.append(Event(WARNING, REPLACED, message))
     return delete
 

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..model.workers import Waiting, WorkerPod
+from ..model.pod_status import Waiting
+from ..model.workers import WorkerPod
 from .conditions import parse_time
 
 # How long a worker may be bound to its node without a container started before its Events

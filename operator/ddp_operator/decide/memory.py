@@ -17,7 +17,8 @@ from ..model.workers import WorkerPod
 
 class Memory:
     """The status last written, the (name, attempt) of the job's own pods known to have
-    existed, those Kueue stopped (and why), and the UIDs of pods the loop itself deleted."""
+    existed, those Kueue stopped (and why), the UIDs of pods the loop itself deleted, and the
+    last state of own pods that went otherwise (``failure_facts``: how they failed)."""
 
     def __init__(self, status: Mapping[str, Any] | None = None):
         self.status: dict[str, Any] = dict(status or {})
@@ -25,6 +26,7 @@ class Memory:
         self.evicted: dict[tuple[str, int], str] = {}
         self.removed: set[str] = set()
         self.requested: dict[tuple[str, int], float] = {}  # created, not yet seen: since when
+        self.last: dict[tuple[str, int], WorkerPod] = {}  # own pods gone: as the watch last saw
 
     def unasked(self, keys: Mapping[int, tuple[str, int]], now: float, ttl: float) -> list[int]:
         """The workers (index: (name, attempt)) that the loop did not create within ``ttl``
@@ -54,8 +56,9 @@ class Memory:
         everything while suspended: those pods are deleted on purpose)."""
         own = list(own)
         if suspended:
-            self.seen, self.evicted, self.requested = set(), {}, {}
+            self.seen, self.evicted, self.requested, self.last = set(), {}, {}, {}
             return
+        self.last = {k: p for k, p in self.last.items() if k[1] >= attempt}
         # Kueue evicts a group whole: once one pod is stopped, every pod of the group is.
         why = next((p.stopped for p in own if p.stopped), None)
         # A pod the loop is deleting is no worker of the group (an in-place pod built again).
@@ -88,3 +91,4 @@ class Memory:
             self.seen.discard((pod.name, pod.attempt))
         elif job_uid is not None and pod.owner_uid == job_uid:
             self.seen.add((pod.name, pod.attempt))
+            self.last[(pod.name, pod.attempt_now)] = pod  # how it went (a disruption?)

@@ -13,9 +13,20 @@ from typing import Any
 
 from ..manifests.builders import worker_name
 from ..model import constants as c
+from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
-from . import elastic, inplace, kueue, obstacles, outcomes, recovery, startup
+from . import (
+    elastic,
+    failure_facts,
+    failure_policy,
+    inplace,
+    kueue,
+    obstacles,
+    outcomes,
+    recovery,
+    startup,
+)
 from .conditions import (
     NORMAL,
     WARNING,
@@ -49,13 +60,14 @@ def plan(
     evicted: Mapping[tuple[str, int], str] = MappingProxyType({}),
     told: kueue.Holdup | None = None,
     refused: str | None = None,
+    last: Mapping[tuple[str, int], WorkerPod] = MappingProxyType({}),
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
     pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
     same attempt), those Kueue removed (``evicted``: why), why Kueue holds the group (``told``,
     from its Workload), why the API server refused in-place pods (``refused``) and, if the last
-    attempt to act failed, that failure."""
+    attempt to act failed, that failure; ``last``: own pods gone, as last seen."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
@@ -81,6 +93,10 @@ def plan(
         "workers": _counts(p for p in current.values() if not p.deleting),
         "worldSize": 0,
         "replacements": int(status.get("replacements") or 0),
+        "countedRestarts": failure_policy.Counts.of(status).counted,
+        "uncountedRestarts": int(status.get("uncountedRestarts") or 0),
+        "inPlaceRestarts": int(status.get("inPlaceRestarts") or 0),
+        "firstFailure": status.get("firstFailure"),
         "replacing": elastic.record(replacing),
     }
     result = Plan(status=new, own=pods, in_place=in_place)
@@ -156,7 +172,8 @@ def plan(
         if current:
             return finish(result)
 
-    # 6. Success, then failure: what it means for the job is ``recovery``'s decision.
+    # 6. Success, then failure: the failures as facts (``failure_facts``), what they mean for
+    #    the job (``failure_policy``), how the group restarts (``recovery``).
     reason = outcomes.succeeded(job, current, attempt)
     if reason:
         what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
@@ -166,25 +183,33 @@ def plan(
     excused |= {(p.name, attempt) for p in inplace.rebuilt(pods, in_place)}
     # An elastic job's Created counts workers before spec.nodes changed: only those seen vanish.
     created = conds.true(c.COND_CREATED) and not job.scalable
-    failed = outcomes.failures(job, current, created, seen, attempt, excused)
+    facts = failure_facts.collect(job, current, created, seen, attempt, excused, last)
     stuck = inplace.stuck(current.values(), attempt, status, now, inplace.limit(job))
     going: list[WorkerPod] = []  # replaced alone: deleted, and created again once gone
-    if elastic.alone(job, failed, current, stuck):
-        going = elastic.replace(conds, new, failed, current, replacing)
-    elif failed or stuck:
-        obstacle = inplace.obstacle(job, current, stuck, in_place)
-        decision = recovery.decide(job, [*failed.values(), *stuck], attempt, obstacle)
-        if decision.action == recovery.FAIL:
-            return stop(False, decision.reason, decision.message)
-        new["restarts"] = attempt + 1
-        new["replacing"] = []
-        recovery.restarting(conds, decision)
-        if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
-            result.tell = inplace.to_tell(current.values(), attempt + 1)
+    if facts or stuck:
+        failed = [f.index for f in facts]
+        alone = elastic.not_alone(job, failed, current, stuck)
+        verdict = failure_policy.decide(
+            job, facts + failure_facts.stuck(stuck), failure_policy.Counts.of(new), alone
+        )
+        if verdict.action == fp.FAIL_JOB:
+            failure_policy.record(new, verdict, attempt, in_place=False)
+            return stop(False, verdict.reason, verdict.message)
+        if verdict.action == fp.REPLACE_WORKER:
+            failure_policy.record(new, verdict, attempt, in_place=False)
+            going = elastic.replace(conds, new, failed, current, replacing, verdict.message)
+        else:
+            obstacle = inplace.obstacle(job, current, stuck, in_place)
+            decision = recovery.decide(job, verdict, obstacle)
+            failure_policy.record(new, verdict, attempt, decision.action == recovery.IN_PLACE)
+            new["replacing"] = []
+            recovery.restarting(conds, decision)
+            if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
+                result.tell = inplace.to_tell(current.values(), attempt + 1)
+                return finish(result)
+            new["workers"] = _counts([])
+            result.delete = [p for p in pods if not p.deleting]
             return finish(result)
-        new["workers"] = _counts([])
-        result.delete = [p for p in pods if not p.deleting]
-        return finish(result)
 
     # 7. Remove what does not belong to this attempt. Create what is missing once no pod of an
     #    earlier attempt is left (a worker of a new group could meet a still-running process of

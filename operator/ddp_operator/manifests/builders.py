@@ -7,7 +7,7 @@ from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec, SpecError
-from . import job_configmap
+from . import job_configmap, termination
 from .inplace_pod import make_in_place
 
 Manifest = dict[str, Any]
@@ -282,6 +282,7 @@ def build_worker_pod(
     if not any(p.get("containerPort") == job.master_port for p in ports):
         ports.append({"name": "rendezvous", "containerPort": job.master_port})
     _add_resources(trainer, job)
+    termination.add(trainer)
     _add_shm(pod_spec, trainer, job)
     _add_hccl_ports(pod_spec, job)
     _add_node_lost_tolerations(pod_spec)

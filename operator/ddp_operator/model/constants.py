@@ -114,6 +114,9 @@ KUEUE_QUOTA_RESERVED = "QuotaReserved"  # the Workload condition saying why it w
 KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta2", "workloads")
 KUEUE_STOPPED_CONDITION = "TerminationTarget"  # the pod condition Kueue sets before deleting
 
+# The pod condition the control plane sets on a pod it takes away (eviction, preemption, ...).
+DISRUPTION_TARGET = "DisruptionTarget"
+
 # The phases that are final, of a worker pod and of a DDPJob alike.
 FINISHED_PHASES = ("Succeeded", "Failed")
 

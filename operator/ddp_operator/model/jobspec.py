@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import constants as c
+from . import failure_policy
 
 
 class SpecError(ValueError):
@@ -87,6 +88,9 @@ class JobSpec:
     rdzv_conf: tuple[tuple[str, str], ...] = ()  # spec.rdzvConf: torchrun's rendezvous options
     network_isolation: bool | None = None  # spec.network.isolation; None: the operator's default
     network_allow: tuple[Mapping[str, Any], ...] = ()  # spec.network.allow: ingress rules
+    failure_policy: failure_policy.FailurePolicy = field(
+        default_factory=failure_policy.FailurePolicy
+    )
 
     @property
     def kind_name(self) -> str:
@@ -246,6 +250,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         rdzv_conf=tuple(sorted((str(k), str(v)) for k, v in (spec.get("rdzvConf") or {}).items())),
         network_isolation=network.get("isolation"),
         network_allow=tuple(network.get("allow") or ()),
+        failure_policy=failure_policy.resolve(spec.get("failurePolicy"), errors),
     )
     if errors:
         raise SpecError(*errors)

@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import constants as c
-
-# Waiting reasons of a container on its normal way to start (or to restart in place); any other
-# one means it cannot (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...): the
-# kubelet retries it.
-STARTING = ("ContainerCreating", "PodInitializing", "RestartingAllContainers")
-
-
-def _signal_name(exit_code: int) -> str | None:
-    """ "killed by SIGKILL" for a shell-style exit code 128+N of a known signal N, else None."""
-    try:
-        return f"killed by {signal.Signals(exit_code - 128).name}" if exit_code > 128 else None
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A container that cannot start: the kubelet's waiting reason and message."""
-
-    container: str
-    reason: str
-    message: str = ""
+from . import pod_status as ps
 
 
 @dataclass(frozen=True)
@@ -53,7 +31,7 @@ class WorkerPod:
     finalizers: tuple[str, ...] = ()
     deletion_time: str | None = None
     node_lost: str | None = None
-    not_starting: Waiting | None = None  # a container's (or, from Events, the pod's) holdup
+    not_starting: ps.Waiting | None = None  # a container's (or, from Events, the pod's) holdup
     scheduled: str | None = None  # when the pod was bound to its node (PodScheduled)
     container_ran: bool = False  # some (init) container has run or runs: past sandbox and mounts
     gated: bool = False  # held by Kueue's admission scheduling gate
@@ -74,6 +52,12 @@ class WorkerPod:
     trainer_running: bool = False
     watch_broken: str | None = None  # why its watch cannot start (no /bin/sh in the image)
     env_configmap: str | None = None  # the ConfigMap its trainer reads VC_WORKER_HOSTS from
+    # How it ended, beyond exit code, reason and message (``failure_facts``): the ending
+    # container, when it ended, the pod's other True conditions (type, reason), its disruption.
+    container: str | None = None
+    finished_at: str | None = None
+    conditions: tuple[tuple[str, str], ...] = ()
+    disruption: ps.Disruption | None = None
 
     @property
     def attempt_now(self) -> int:
@@ -85,34 +69,6 @@ class WorkerPod:
         """In-place restarts the pod owes for the attempts it was given since its creation."""
         return self.attempt_now - self.attempt
 
-    def describe_end(self) -> str:
-        """Why this worker stopped, in words (for conditions and Events)."""
-        text = self.name
-        if self.exit_code is not None:
-            text += f" exited with code {self.exit_code}"
-            killed = _signal_name(self.exit_code)
-            if self.reason or killed:
-                text += f" ({', '.join(filter(None, (self.reason, killed)))})"
-        elif self.reason:
-            text += f" failed: {self.reason}"
-        else:
-            text += " failed"
-        if self.message:
-            text += f": {self.message}"
-        if self.node:
-            text += f" on node {self.node}"
-        return text
-
-
-def _terminations(statuses: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    found = {}
-    for status in statuses:
-        state = status.get("state") or {}
-        term = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
-        if term:
-            found[status.get("name", "")] = term
-    return found
-
 
 def controller(meta: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The controller ownerReference of an object: (UID, "Kind/name (uid ...)"), or Nones."""
@@ -123,32 +79,6 @@ def controller(meta: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _node_lost(status: Mapping[str, Any]) -> str | None:
-    """Why the pod's node counts as lost, if the control plane says so on the pod."""
-    if status.get("reason") == "NodeLost":
-        return status.get("message") or "its node was lost"
-    for cond in status.get("conditions") or []:
-        if (
-            cond.get("type") == "DisruptionTarget"
-            and cond.get("status") == "True"
-            and cond.get("reason") == "DeletionByTaintManager"
-        ):
-            return cond.get("message") or "evicted from an unreachable node"
-    return None
-
-
-def _not_starting(status: Mapping[str, Any]) -> Waiting | None:
-    """The first container (init containers first, the operator's watch last) waiting for a
-    reason other than STARTING."""
-    mains = sorted(status.get("containerStatuses") or (), key=lambda cs: _is_watch(cs))
-    for cs in [*(status.get("initContainerStatuses") or ()), *mains]:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        if reason and reason not in STARTING:
-            return Waiting(cs.get("name", ""), reason, waiting.get("message") or "")
-    return None
-
-
 def _env_configmap(container: Mapping[str, Any] | None) -> str | None:
     """The ConfigMap a trainer takes ``VC_WORKER_HOSTS`` from (the job's: ``job_configmap``),
     one string shared by the pods that name it."""
@@ -156,48 +86,6 @@ def _env_configmap(container: Mapping[str, Any] | None) -> str | None:
         if entry.get("name") == c.ENV_HOSTS:
             ref = (entry.get("valueFrom") or {}).get("configMapKeyRef") or {}
             return sys.intern(ref["name"]) if ref.get("name") else None
-    return None
-
-
-def _is_watch(cs: Mapping[str, Any]) -> bool:
-    return cs.get("name") == c.WATCH_CONTAINER
-
-
-def _container_ran(status: Mapping[str, Any]) -> bool:
-    """Whether any container of the pod (init containers too) runs or has run."""
-    for cs in [
-        *(status.get("initContainerStatuses") or ()),
-        *(status.get("containerStatuses") or ()),
-    ]:
-        state, last = cs.get("state") or {}, cs.get("lastState") or {}
-        ran = (state.get("running"), state.get("terminated"), last.get("terminated"))
-        if any(s is not None for s in ran):
-            return True
-    return False
-
-
-def _stopped(status: Mapping[str, Any]) -> str | None:
-    """Kueue's reason and message when it stopped the pod (evicted or preempted its group)."""
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == c.KUEUE_STOPPED_CONDITION and cond.get("status") == "True":
-            return ": ".join(filter(None, (cond.get("reason"), cond.get("message")))) or "stopped"
-    return None
-
-
-def _status_of(statuses: Any, name: str | None) -> Mapping[str, Any]:
-    return next((s for s in statuses or () if s.get("name") == name), {})
-
-
-def _cannot_start(cs: Mapping[str, Any]) -> str | None:
-    """Why a container cannot be started at all (its command cannot be run: the runtime's
-    StartError, then RunContainerError while it backs off), if so."""
-    state = cs.get("state") or {}
-    waiting = state.get("waiting") or {}
-    if waiting.get("reason") == "RunContainerError":
-        return str(waiting.get("message") or waiting["reason"])
-    for term in (state.get("terminated"), (cs.get("lastState") or {}).get("terminated")):
-        if term and term.get("reason") == "StartError":
-            return str(term.get("message") or term["reason"])
     return None
 
 
@@ -215,7 +103,7 @@ def _in_place(
     except (KeyError, ValueError):
         return {}
     statuses = status.get("containerStatuses")
-    cs, watch = _status_of(statuses, trainer), _status_of(statuses, c.WATCH_CONTAINER)
+    cs, watch = ps.status_of(statuses, trainer), ps.status_of(statuses, c.WATCH_CONTAINER)
     restarted, due = int(cs.get("restartCount") or 0), told - attempt
     ended = (cs.get("state") or {}).get("terminated")
     watching = status.get("phase") == "Running" and "running" in (watch.get("state") or {})
@@ -227,7 +115,7 @@ def _in_place(
         "watching": watching,
         "trainer_running": "running" in (cs.get("state") or {}),
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
-        "watch_broken": _cannot_start(watch),
+        "watch_broken": ps.cannot_start(watch),
     }
     # This attempt's trainer ended while the watch runs (or ends, told that the job finished):
     # the pod is to end. More restarts than attempts given are the kubelet's (a watch that
@@ -241,6 +129,8 @@ def _in_place(
             exit_code=code,
             reason=ended.get("reason"),
             message=ended.get("message"),
+            container=trainer,
+            finished_at=ended.get("finishedAt"),
         )
     return found
 
@@ -261,17 +151,20 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
     trainer = c.TRAINER_CONTAINER if c.TRAINER_CONTAINER in names else (names or [None])[0]
 
     phase = status.get("phase") or "Pending"
-    exit_code = reason = message = None
+    exit_code = reason = message = ended = finished_at = None
     if phase in ("Failed", "Succeeded"):
-        terms = _terminations(list(status.get("containerStatuses") or []))
-        term = terms.get(trainer or "")
+        terms = ps.terminations(list(status.get("containerStatuses") or []))
+        ended, term = trainer, terms.get(trainer or "")
         if phase == "Failed" and (term is None or not term.get("exitCode")):
             # The pod failed though the trainer did not: report the container that did.
-            term = next((t for t in terms.values() if t.get("exitCode")), term)
+            ended, term = next(
+                ((n, t) for n, t in terms.items() if t.get("exitCode")), (ended, term)
+            )
         if term is not None:
             exit_code = int(term.get("exitCode", 0))
             reason = term.get("reason")
             message = term.get("message")
+            finished_at = term.get("finishedAt")
         if status.get("reason"):  # Evicted, NodeLost, DeadlineExceeded...
             reason = status.get("reason")
             message = status.get("message") or message
@@ -287,6 +180,8 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
 
     owner_uid, owner = controller(meta)
     ends = {"phase": phase, "exit_code": exit_code, "reason": reason, "message": message}
+    ends.update(container=ended, finished_at=finished_at)
+    disruption = ps.disruption(status)
     ends.update(_in_place(meta, spec, status, trainer))
     return WorkerPod(
         name=meta.get("name", ""),
@@ -300,13 +195,15 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         owner=owner,
         finalizers=tuple(meta.get("finalizers") or ()),
         deletion_time=meta.get("deletionTimestamp"),
-        node_lost=_node_lost(status),
-        not_starting=_not_starting(status),
+        node_lost=ps.node_lost(status, disruption),
+        conditions=ps.conditions(status),
+        disruption=disruption,
+        not_starting=ps.not_starting(status),
         scheduled=scheduled,
-        container_ran=_container_ran(status),
+        container_ran=ps.container_ran(status),
         gated=any(g.get("name") == c.KUEUE_GATE for g in spec.get("schedulingGates") or ()),
         queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
-        stopped=_stopped(status),
+        stopped=ps.stopped(status),
         unretriable=(meta.get("annotations") or {}).get(c.KUEUE_RETRIABLE_ANNOTATION) == "false",
         env_configmap=_env_configmap(
             next((x for x in containers if x.get("name") == trainer), None)

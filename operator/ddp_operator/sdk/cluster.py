@@ -27,7 +27,13 @@ class SDKError(Exception):
 
 
 class JobFailed(SDKError):
-    """The job ended Failed while it was awaited; the message is its Failed condition's."""
+    """The job ended Failed while it was awaited; the message is its Failed condition's, and
+    ``first_failure`` the job's ``status.firstFailure`` (the worker that failed first, its exit
+    code or reason, its last lines), if it names one."""
+
+    def __init__(self, message: str, first_failure: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.first_failure = first_failure or {}
 
 
 class Client:
@@ -148,7 +154,10 @@ class Client:
                 return job
             if now in FINISHED:
                 failed = next((x for x in status.get("conditions") or [] if x["type"] == now), {})
-                raise JobFailed(f"ddpjob {name} ended {now}: {failed.get('message', '')}")
+                raise JobFailed(
+                    f"ddpjob {name} ended {now}: {failed.get('message', '')}",
+                    status.get("firstFailure"),
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"ddpjob {name} is {now}, not {phase}, after {timeout} s")
             time.sleep(poll)

@@ -1,0 +1,165 @@
+"""The failures of an attempt as facts: which workers failed, vanished or are being removed, how
+(exit code, signal, reason, pod conditions, disruption), when, and their last words; ordered
+first failure first. Pure: the observed pods (and the last state of those gone) in.
+
+The order is by when each failure happened (the container's ``finishedAt``, a disruption's
+time); within a second (the API's resolution) a failure whose message looks like the
+consequence of another rank's (a collective's broken connection) comes after, then by index.
+A failure with no time (a pod deleted) comes last.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from ..manifests.builders import worker_name
+from ..model.jobspec import JobSpec
+from ..model.workers import WorkerPod
+from . import last_words, outcomes
+
+# Reasons of the pod (status.reason) that say the control plane took it away.
+DISRUPTED_REASONS = frozenset(("Evicted", "NodeLost", "Preempted", "Preempting"))
+DELETED = "Deleted"  # a pod deleted by someone, with no disruption condition
+STUCK = "RestartStuck"  # an in-place restart not done in time
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """One failed worker of an attempt, as observed."""
+
+    index: int
+    pod: str
+    reason: str
+    node: str | None = None
+    container: str | None = None
+    exit_code: int | None = None
+    message: str = ""  # the termination message (its last lines), or the API's
+    time: str | None = None  # when it ended (RFC 3339), if known
+    conditions: tuple[tuple[str, str], ...] = ()  # the pod's True conditions (type, reason)
+    disruption: bool = False  # the control plane took the pod away: no fault of the training
+    gone: bool = False  # its pod is gone (else: it ended, or is being deleted)
+    finished: bool = True  # its pod ended (Failed) before it was removed
+
+    @property
+    def signal(self) -> str | None:
+        """SIGKILL for exit code 137 (128 + a known signal's number), else None."""
+        if self.exit_code is None or self.exit_code <= 128:
+            return None
+        try:
+            return signal.Signals(self.exit_code - 128).name
+        except ValueError:
+            return None
+
+    @property
+    def words(self) -> last_words.LastWords:
+        return last_words.read(self.message)
+
+    def describe(self) -> str:
+        """What happened, in one line: the pod, how it ended, where, its first words."""
+        if self.index < 0:
+            return self.message
+        words = self.words
+        where = f" on node {self.node}" if self.node else ""
+        said = f": {words.summary}" if words.summary else ""
+        if self.exit_code is not None:
+            rank = f" (local rank {words.local_rank})" if words.local_rank is not None else ""
+            killed = self.signal and f"killed by {self.signal}"
+            extra = ", ".join(filter(None, (self.reason, killed)))
+            how = f"exited with code {self.exit_code}" + (f" ({extra})" if extra else "")
+            return f"{self.pod}{rank} {how}{where}{said}"
+        went = "was deleted" if self.gone else "is being deleted"
+        if self.reason == DELETED:
+            return f"{self.pod} {went}" + ("" if self.gone else f" ({self.message})")
+        if self.reason == "NodeLost":
+            return f"{self.pod} was lost with its node {self.node} ({self.message})"
+        if self.disruption and not self.finished:
+            return f"{self.pod} {went}: {self.reason} ({self.message})"
+        return f"{self.pod} failed: {self.reason}{where}{said}"
+
+
+def of_pod(pod: WorkerPod, gone: bool = False) -> WorkerFailure:
+    """The failure of a pod that ended Failed, is being removed, or is ``gone``."""
+    disruption = pod.disruption
+    reason = pod.reason or "Error"
+    time = pod.finished_at
+    message = pod.message or ""
+    if pod.phase != "Failed" and not pod.failed_in_place:  # removed before it ended
+        if pod.node_lost:
+            reason, message = "NodeLost", pod.node_lost
+            time = disruption.time if disruption is not None else None
+        elif disruption is not None:
+            reason, message, time = disruption.reason, disruption.message, disruption.time
+        else:
+            reason = DELETED
+            message = "" if gone else "no disruption condition: deleted by a user or a controller"
+    elif disruption is not None and not time:
+        time = disruption.time
+    return WorkerFailure(
+        index=pod.index,
+        pod=pod.name,
+        reason=reason,
+        node=pod.node,
+        container=pod.container,
+        exit_code=pod.exit_code if pod.phase == "Failed" or pod.failed_in_place else None,
+        message=message,
+        time=time,
+        conditions=pod.conditions,
+        disruption=bool(disruption is not None or pod.node_lost or reason in DISRUPTED_REASONS),
+        gone=gone,
+        finished=pod.phase == "Failed" or pod.failed_in_place,
+    )
+
+
+def collect(
+    job: JobSpec,
+    current: Mapping[int, WorkerPod],
+    created: bool,
+    seen: Collection[tuple[str, int]],
+    attempt: int,
+    excused: Collection[tuple[str, int]] = (),
+    last: Mapping[tuple[str, int], WorkerPod] | None = None,
+) -> list[WorkerFailure]:
+    """The failures of ``attempt``, first first. A missing worker has vanished if the whole
+    group had been created, or if its pod of this attempt was seen before (``seen``: (pod name,
+    attempt); ``last``: its last state, if the watch showed it going); else it is yet to be
+    created. One whose pod Kueue removed, or that is being replaced (``excused``), has not."""
+    found: list[WorkerFailure] = []
+    for i in range(job.nodes):
+        pod = current.get(i)
+        key = (worker_name(job, i), attempt)
+        if pod is None:
+            if key in excused or not (created or key in seen):
+                continue
+            before = (last or {}).get(key)
+            found.append(
+                of_pod(before, gone=True)
+                if before is not None
+                else WorkerFailure(i, key[0], DELETED, gone=True, finished=False)
+            )
+        elif (
+            outcomes.phase(pod, attempt) == "Failed"
+            or (pod.failed_in_place and pod.attempt_now == attempt)
+            or (pod.deleting and pod.phase != "Succeeded")
+        ):
+            found.append(of_pod(pod, gone=False))
+    return ordered(found)
+
+
+def ordered(failures: list[WorkerFailure]) -> list[WorkerFailure]:
+    """First failure first (see the module docstring)."""
+    return sorted(
+        failures,
+        key=lambda f: (
+            f.time is None,
+            f.time or "",
+            last_words.looks_collateral(f.message),
+            f.index,
+        ),
+    )
+
+
+def stuck(messages: list[str]) -> list[WorkerFailure]:
+    """In-place restarts not done in time, as failures (of no one worker: index -1)."""
+    return [WorkerFailure(-1, "", STUCK, message=m) for m in messages]

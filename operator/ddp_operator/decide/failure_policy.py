@@ -1,0 +1,190 @@
+"""What a job does about a failed attempt: its failures in (``failure_facts``, first first), one
+action out. Pure; ``reconcile.plan`` calls ``decide`` once per failed attempt.
+
+1. The first failure in time decides (the others are most often its consequence: counted,
+   not listed first).
+2. The first rule of ``spec.failurePolicy.rules`` it matches gives the action; every matcher
+   a rule has must match (exit code In/NotIn, reason, pod condition, message pattern).
+3. With no rule matching, the default: an elastic job's worker is replaced alone
+   (``ReplaceWorker``); a disruption (eviction, preemption, drain, lost node: the pod's
+   ``DisruptionTarget`` condition or reason) restarts the group without counting; anything
+   else restarts the group counted against ``backoffLimit``.
+4. The action is applied by its function in ``APPLY`` (the table below): each checks its own
+   bound and, past it, hands over to the next (a replacement to the group's default, an
+   uncounted restart to a counted one, a counted restart past ``backoffLimit`` to failing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..model import failure_policy as fp
+from ..model.jobspec import JobSpec
+from .failure_facts import WorkerFailure
+
+DEFAULT = "default"  # the rule name of the default actions
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The job's counters so far, from its status."""
+
+    counted: int = 0  # group restarts counted against backoffLimit
+    uncounted: int = 0  # group restarts not counted (disruptions, rules)
+    replacements: int = 0  # elastic workers replaced alone
+
+    @classmethod
+    def of(cls, status: Mapping[str, Any]) -> Counts:
+        """A status written before the counters existed counted every restart."""
+        restarts = int(status.get("restarts") or 0)
+        uncounted = int(status.get("uncountedRestarts") or 0)
+        counted = status.get("countedRestarts")
+        return cls(
+            counted=restarts - uncounted if counted is None else int(counted),
+            uncounted=uncounted,
+            replacements=int(status.get("replacements") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The action taken (``fp.ACTIONS``), why (``cause``: the first failure, the rule) and
+    what it costs (``count``); ``reason`` is the Failed condition's when it fails the job."""
+
+    action: str
+    cause: str
+    count: str
+    first: WorkerFailure
+    rule: str
+    collateral: int
+    reason: str = ""
+
+    @property
+    def message(self) -> str:
+        return f"{self.cause}; {self.count}"
+
+
+def _matches(rule: fp.Rule, failure: WorkerFailure) -> bool:
+    if rule.exit_codes is not None:
+        operator, codes = rule.exit_codes
+        if failure.exit_code is None or (failure.exit_code in codes) != (operator == "In"):
+            return False
+    if rule.reasons is not None and failure.reason not in rule.reasons:
+        return False
+    if rule.pod_conditions is not None and not any(
+        kind == have and reason in (None, why)
+        for kind, reason in rule.pod_conditions
+        for have, why in failure.conditions
+    ):
+        return False
+    return rule.message_pattern is None or bool(rule.message_pattern.search(failure.message))
+
+
+def action_for(job: JobSpec, failure: WorkerFailure) -> tuple[str, str]:
+    """(rule name, action): the first rule matching ``failure``, else the default."""
+    for rule in job.failure_policy.rules:
+        if _matches(rule, failure):
+            return rule.name, rule.action
+    if job.scalable and failure.index > 0:
+        return DEFAULT, fp.REPLACE_WORKER
+    return DEFAULT, _group_default(failure)
+
+
+def _group_default(failure: WorkerFailure) -> str:
+    return fp.RESTART_GROUP_NOT_COUNTED if failure.disruption else fp.RESTART_GROUP
+
+
+Apply = Callable[[JobSpec, Verdict, Counts, str | None], Verdict]
+
+
+def _fail(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
+    return replace(v, reason="FailedByPolicy", count=f"failurePolicy rule {v.rule} says FailJob")
+
+
+def _restart(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
+    limit = job.backoff_limit
+    if counts.counted >= limit:
+        count = f"the group was restarted {counts.counted} times (backoffLimit {limit})" + v.count
+        return replace(v, action=fp.FAIL_JOB, reason="BackoffLimitExceeded", count=count)
+    return replace(v, count=f"restart {counts.counted + 1} of backoffLimit {limit}" + v.count)
+
+
+def _restart_uncounted(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
+    most = job.failure_policy.max_uncounted_restarts
+    if counts.uncounted >= most:
+        past = f"; counted: past maxUncountedRestarts ({most}){v.count}"
+        return _restart(job, replace(v, action=fp.RESTART_GROUP, count=past), counts, alone)
+    why = "a disruption" if v.first.disruption and v.rule == DEFAULT else f"rule {v.rule}"
+    return replace(v, count=f"not counted ({why}; {counts.uncounted + 1} of {most}){v.count}")
+
+
+def _replace_worker(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
+    most = job.failure_policy.max_replacements
+    if alone is None and counts.replacements >= most:
+        alone = f"maxReplacements ({most}) reached"
+    if alone is not None:
+        action = _group_default(v.first)
+        return APPLY[action](
+            job, replace(v, action=action, count=f"; not alone: {alone}"), counts, None
+        )
+    return replace(v, count=f"replacement {counts.replacements + 1} of at most {most}")
+
+
+# What each action does: the one table from a rule's action to its effect.
+APPLY: dict[str, Apply] = {
+    fp.FAIL_JOB: _fail,
+    fp.RESTART_GROUP: _restart,
+    fp.RESTART_GROUP_NOT_COUNTED: _restart_uncounted,
+    fp.REPLACE_WORKER: _replace_worker,
+}
+
+
+def decide(
+    job: JobSpec, failures: list[WorkerFailure], counts: Counts, alone: str | None
+) -> Verdict:
+    """The action for an attempt's ``failures`` (non-empty, first first). ``alone``: why its
+    failed workers cannot be replaced alone (None: they can, an elastic job's)."""
+    first = failures[0]
+    rule, action = action_for(job, first)
+    if action == fp.REPLACE_WORKER and alone is None:
+        others = [f for f in failures[1:] if action_for(job, f)[1] != fp.REPLACE_WORKER]
+        alone = f"{others[0].pod} is not to be replaced alone" if others else None
+    cause = first.describe()
+    if len(failures) > 1:
+        more = len(failures) - 1
+        cause += f"; {more} other worker{'s' if more > 1 else ''} failed after it"
+    if rule != DEFAULT:
+        cause += f" (failurePolicy rule {rule}: {action})"
+    verdict = Verdict(action, cause, "", first, rule, len(failures) - 1)
+    return APPLY[action](job, verdict, counts, alone)
+
+
+def record(new: dict[str, Any], verdict: Verdict, attempt: int, in_place: bool) -> None:
+    """Count the verdict in the status being written (``new``) and name its first failure."""
+    counts = Counts.of(new)
+    if verdict.action in (fp.RESTART_GROUP, fp.RESTART_GROUP_NOT_COUNTED):
+        new["restarts"] = attempt + 1
+        counted = verdict.action == fp.RESTART_GROUP
+        new["countedRestarts"] = counts.counted + counted
+        new["uncountedRestarts"] = counts.uncounted + (not counted)
+        new["inPlaceRestarts"] = int(new.get("inPlaceRestarts") or 0) + in_place
+    first, words = verdict.first, verdict.first.words
+    entry = {
+        "attempt": attempt,
+        "worker": first.index if first.index >= 0 else None,
+        "pod": first.pod or None,
+        "node": first.node,
+        "localRank": words.local_rank,
+        "exitCode": first.exit_code,
+        "signal": first.signal,
+        "reason": first.reason,
+        "message": words.lines[:1024] or first.message[-1024:] or None,
+        "summary": words.summary or None,
+        "time": first.time,
+        "action": verdict.action,
+        "rule": verdict.rule,
+        "collateral": verdict.collateral,
+    }
+    new["firstFailure"] = {k: v for k, v in entry.items() if v is not None}

@@ -1,0 +1,194 @@
+"""The failure policy (``failure_policy``): the first failure in time decides; the first rule it
+matches gives the action; with none, disruptions restart the group uncounted, elastic workers
+are replaced alone, anything else restarts the group counted; each action's bound hands over to
+the next. Pure: facts in, a verdict out."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_operator.decide import failure_policy
+from ddp_operator.decide.failure_facts import WorkerFailure, ordered
+from ddp_operator.decide.failure_policy import Counts
+from ddp_operator.model import failure_policy as fp
+from ddp_operator.model.jobspec import resolve
+
+from jobs import ddpjob
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"
+NONE = Counts()
+
+
+def job(rules: list[dict] | None = None, **spec):
+    policy = {"rules": rules or [], **spec.pop("policy", {})}
+    return resolve(ddpjob("j", "ns", **{"nodes": 4, **spec}, failurePolicy=policy))
+
+
+def crash(index: int = 1, code: int = 3, reason: str = "Error", time: str = T0, **kw):
+    return WorkerFailure(index, f"j-worker-{index}", reason, exit_code=code, time=time, **kw)
+
+
+EVICTED = WorkerFailure(
+    2,
+    "j-worker-2",
+    "EvictionByEvictionAPI",
+    message="Eviction API: evicting",
+    time=T0,
+    conditions=(("DisruptionTarget", "EvictionByEvictionAPI"),),
+    disruption=True,
+    finished=False,
+)
+
+
+def test_a_crash_restarts_the_group_counted_against_the_backoff_limit() -> None:
+    v = failure_policy.decide(job(backoffLimit=2), [crash()], NONE, alone="not elastic")
+    assert (v.action, v.rule, v.collateral) == (fp.RESTART_GROUP, "default", 0)
+    assert v.cause == "j-worker-1 exited with code 3 (Error)"
+    assert v.count == "restart 1 of backoffLimit 2"
+
+
+def test_past_the_backoff_limit_the_job_fails() -> None:
+    v = failure_policy.decide(job(backoffLimit=1), [crash()], Counts(counted=1), "not elastic")
+    assert (v.action, v.reason) == (fp.FAIL_JOB, "BackoffLimitExceeded")
+    assert v.message.endswith("the group was restarted 1 times (backoffLimit 1)")
+
+
+def test_a_disruption_restarts_the_group_without_counting_even_with_no_backoff() -> None:
+    v = failure_policy.decide(job(backoffLimit=0), [EVICTED], NONE, "not elastic")
+    assert v.action == fp.RESTART_GROUP_NOT_COUNTED
+    assert v.cause == "j-worker-2 is being deleted: EvictionByEvictionAPI (Eviction API: evicting)"
+    assert v.count == "not counted (a disruption; 1 of 10)"
+
+
+def test_past_max_uncounted_restarts_a_disruption_counts() -> None:
+    j = job(backoffLimit=1, policy={"maxUncountedRestarts": 2})
+    v = failure_policy.decide(j, [EVICTED], Counts(uncounted=2), "not elastic")
+    assert v.action == fp.RESTART_GROUP
+    assert v.count == "restart 1 of backoffLimit 1; counted: past maxUncountedRestarts (2)"
+    v = failure_policy.decide(j, [EVICTED], Counts(counted=1, uncounted=2), "not elastic")
+    assert (v.action, v.reason) == (fp.FAIL_JOB, "BackoffLimitExceeded")
+
+
+@pytest.mark.parametrize(
+    ("rule", "failure", "matches"),
+    [
+        ({"onExitCodes": {"operator": "In", "values": [1, 3]}}, crash(), True),
+        ({"onExitCodes": {"operator": "In", "values": [1]}}, crash(), False),
+        ({"onExitCodes": {"operator": "NotIn", "values": [1]}}, crash(), True),
+        ({"onExitCodes": {"operator": "NotIn", "values": [3]}}, crash(), False),
+        ({"onExitCodes": {"operator": "NotIn", "values": [3]}}, EVICTED, False),  # no exit code
+        ({"onReasons": ["OOMKilled"]}, crash(code=137, reason="OOMKilled"), True),
+        ({"onReasons": ["OOMKilled"]}, crash(), False),
+        ({"onPodConditions": [{"type": "DisruptionTarget"}]}, EVICTED, True),
+        (
+            {"onPodConditions": [{"type": "DisruptionTarget", "reason": "PreemptionByScheduler"}]},
+            EVICTED,
+            False,
+        ),
+        ({"onMessagePattern": "bad batch \\d+"}, crash(message="ValueError: bad batch 17"), True),
+        ({"onMessagePattern": "^NCCL"}, crash(message="ValueError: bad batch 17"), False),
+        (  # every matcher of a rule must match
+            {"onExitCodes": {"operator": "In", "values": [3]}, "onMessagePattern": "CUDA"},
+            crash(message="ValueError"),
+            False,
+        ),
+    ],
+)
+def test_each_matcher(rule: dict, failure: WorkerFailure, matches: bool) -> None:
+    j = job([{"name": "r", "action": "FailJob", **rule}])
+    v = failure_policy.decide(j, [failure], NONE, "not elastic")
+    assert (v.action == fp.FAIL_JOB and v.reason == "FailedByPolicy") == matches
+    assert (v.rule == "r") == matches
+
+
+def test_the_first_matching_rule_wins_and_is_named() -> None:
+    j = job(
+        [
+            {"action": "RestartGroupNotCounted", "onExitCodes": {"operator": "In", "values": [3]}},
+            {"name": "bug", "action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}},
+        ]
+    )
+    v = failure_policy.decide(j, [crash()], NONE, "not elastic")
+    assert (v.action, v.rule) == (fp.RESTART_GROUP_NOT_COUNTED, "rules[0]")
+    assert "(failurePolicy rule rules[0]: RestartGroupNotCounted)" in v.cause
+    assert v.count == "not counted (rule rules[0]; 1 of 10)"
+
+
+def test_a_rule_can_count_a_preemption() -> None:
+    j = job([{"action": "RestartGroup", "onPodConditions": [{"type": "DisruptionTarget"}]}])
+    v = failure_policy.decide(j, [EVICTED], NONE, "not elastic")
+    assert v.action == fp.RESTART_GROUP
+
+
+def test_the_first_failure_in_time_decides_and_the_others_are_counted() -> None:
+    victim = crash(0, 1, time=T1, message="RuntimeError: Connection reset by peer")
+    cause = crash(3, 3, time=T0, message="ValueError: bad batch 17 in shard 3")
+    failures = ordered([victim, cause])
+    assert [f.index for f in failures] == [3, 0]
+    j = job([{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}])
+    v = failure_policy.decide(j, failures, NONE, "not elastic")
+    assert v.action == fp.RESTART_GROUP and v.collateral == 1  # exit 1 was not first
+    assert v.cause.startswith("j-worker-3 exited with code 3 (Error): ValueError: bad batch 17")
+    assert v.cause.endswith("; 1 other worker failed after it")
+
+
+def test_within_a_second_a_collective_s_broken_connection_comes_after() -> None:
+    victim = crash(0, 1, time=T0, message="RuntimeError: [gloo] Connection closed by peer")
+    cause = crash(1, 3, time=T0, message="ValueError: bad batch")
+    assert [f.index for f in ordered([victim, cause])] == [1, 0]
+    deleted = WorkerFailure(0, "j-worker-0", "Deleted", gone=True, finished=False)
+    assert [f.index for f in ordered([deleted, victim])] == [0, 0] and ordered([deleted, victim])[
+        0
+    ].time
+
+
+def elastic(**spec):
+    return job(nodes=3, minNodes=2, maxNodes=4, **spec)
+
+
+def test_an_elastic_job_replaces_a_worker_alone_up_to_max_replacements() -> None:
+    j = elastic(backoffLimit=1, policy={"maxReplacements": 2})
+    v = failure_policy.decide(j, [crash(2)], Counts(replacements=1), alone=None)
+    assert (v.action, v.count) == (fp.REPLACE_WORKER, "replacement 2 of at most 2")
+    v = failure_policy.decide(j, [crash(2)], Counts(replacements=2), alone=None)
+    assert v.action == fp.RESTART_GROUP
+    assert v.count == "restart 1 of backoffLimit 1; not alone: maxReplacements (2) reached"
+
+
+def test_an_elastic_worker_that_cannot_go_alone_gets_the_group_decision() -> None:
+    v = failure_policy.decide(
+        elastic(), [EVICTED], NONE, alone="worker 0 (the rendezvous host) failed"
+    )
+    assert v.action == fp.RESTART_GROUP_NOT_COUNTED
+    assert "not alone: worker 0" in v.count
+
+
+def test_a_replace_worker_rule_on_a_job_that_is_not_elastic_restarts_the_group() -> None:
+    j = job([{"action": "ReplaceWorker", "onReasons": ["Error"]}])
+    v = failure_policy.decide(j, [crash()], NONE, alone="not an elastic job")
+    assert v.action == fp.RESTART_GROUP and "not alone: not an elastic job" in v.count
+
+
+def test_a_status_from_before_the_counters_counted_every_restart() -> None:
+    assert Counts.of({"restarts": 2, "replacements": 1}) == Counts(2, 0, 1)
+    assert Counts.of({"restarts": 3, "countedRestarts": 1, "uncountedRestarts": 2}) == Counts(1, 2)
+
+
+def test_record_counts_the_restart_and_names_the_first_failure() -> None:
+    new = {"restarts": 1, "countedRestarts": 1, "uncountedRestarts": 0, "inPlaceRestarts": 1}
+    v = failure_policy.decide(job(), [EVICTED], Counts.of(new), "not elastic")
+    failure_policy.record(new, v, attempt=1, in_place=False)
+    assert new["restarts"] == 2 and new["countedRestarts"] == 1
+    assert new["uncountedRestarts"] == 1 and new["inPlaceRestarts"] == 1
+    assert new["firstFailure"] == {
+        "attempt": 1,
+        "worker": 2,
+        "pod": "j-worker-2",
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+        "summary": "Eviction API: evicting",
+        "time": T0,
+        "action": fp.RESTART_GROUP_NOT_COUNTED,
+        "rule": "default",
+        "collateral": 0,
+    }

@@ -1,0 +1,153 @@
+"""Failures understood, in real containers on the real node: a failure policy that fails a job
+on the script's own error at once, the first failure in time named with its last lines (the
+collateral ones counted), and an OOMKilled worker named by its reason (``failure_policy``,
+``failure_facts``, ``last_words``; the trainer's ``FallbackToLogsOnError``)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from harness import jobs
+from harness.cluster import Cluster, wait_for
+from harness.operator import OperatorProcess
+from harness.realnode import NODE, kubectl_ddp, trainer_job, trainer_status
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+
+# The script comes in the container's env and is written out first: the image stays as built.
+RUN = 'printf "%s" "$SCRIPT" > /tmp/t.py && exec {launcher} /tmp/t.py'
+
+EVERY_RANK_RAISES = """
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    raise ValueError(f"bad batch 17 in shard {dist.get_rank()}")
+
+if __name__ == "__main__":
+    main()
+"""
+
+WORKER_1_FIRST = """
+import os, sys, time, traceback
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+if os.environ["NODE_RANK"] == "1":
+    try:
+        raise ValueError("bad batch 17 in shard 3")
+    except ValueError:
+        traceback.print_exc()
+        sys.exit(3)
+dist.all_reduce(torch.ones(1))  # worker 0: broken by worker 1's end
+"""
+
+
+def scripted(name: str, ns: str, image: str, script: str, launcher: str, **spec) -> dict:
+    args = ["sh", "-c", RUN.format(launcher=launcher)]
+    job = trainer_job(name, ns, image, args, **spec)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "SCRIPT", "value": textwrap.dedent(script)}]
+    return job
+
+
+def test_a_rule_fails_the_job_on_the_script_s_own_error_after_one_attempt(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """2 workers x 2 torchrun processes, every rank raises (torchrun exits 1) on every attempt;
+    the rule "exit 1 -> FailJob" fails the job at once (no restart of the 3 allowed), with the
+    exception's line, which torchrun's Root Cause block carries (the script uses ``@record``)."""
+    rule = {"name": "script-bug", "action": "FailJob"}
+    rule["onExitCodes"] = {"operator": "In", "values": [1]}
+    job = scripted(
+        "bug",
+        namespace,
+        images["trainer"],
+        EVERY_RANK_RAISES,
+        "torchrun",
+        procsPerNode=2,
+        backoffLimit=3,
+        failurePolicy={"rules": [rule]},
+    )
+    jobs.apply(cluster, job)
+    done = jobs.wait_phase(cluster, namespace, "bug", "Failed", timeout=300)
+    failed = jobs.condition(done, "Failed")
+    assert failed["reason"] == "FailedByPolicy", failed
+    assert "ValueError: bad batch 17 in shard" in failed["message"], failed
+    assert "failurePolicy rule script-bug says FailJob" in failed["message"], failed
+    status = done["status"]
+    assert status["restarts"] == 0 and status.get("countedRestarts", 0) == 0, status
+    first = status["firstFailure"]
+    assert (first["exitCode"], first["action"], first["rule"]) == (1, "FailJob", "script-bug")
+    assert first["localRank"] in (0, 1) and "ValueError" in first["summary"], first
+
+
+def test_the_first_failure_is_named_first_and_the_collateral_counted(
+    cluster: Cluster, namespace: str, operator: OperatorProcess, images: dict[str, str]
+) -> None:
+    """Worker 1 exits 3 first; worker 0 then fails on the broken collective (gloo: connection
+    closed by peer). The operator is paused meanwhile, so it finds both failed at once (as a
+    busy operator does): the job names worker 1, exit 3 and its exception first, and counts
+    worker 0 (a lower index, the old message's first) as collateral."""
+    job = scripted("first", namespace, images["trainer"], WORKER_1_FIRST, "python", backoffLimit=0)
+    jobs.apply(cluster, job)
+
+    def ended(pod: str) -> bool:  # the trainer (in-place pods keep running their watch)
+        status = trainer_status(cluster, namespace, pod)
+        return bool(status and status.state.terminated)
+
+    wait_for(
+        lambda: jobs.condition(jobs.get(cluster, namespace, "first"), "Running"),
+        timeout=180,
+        what="the group running",
+    )
+    with operator.paused():
+        wait_for(
+            lambda: ended("first-worker-0") and ended("first-worker-1"),
+            timeout=120,
+            what="both workers failed",
+        )
+    done = jobs.wait_phase(cluster, namespace, "first", "Failed", timeout=60)
+    message = jobs.condition(done, "Failed")["message"]
+    lead = f"first-worker-1 exited with code 3 (Error) on node {NODE}: ValueError: bad batch 17"
+    assert message.startswith(lead), message
+    assert "1 other worker failed after it" in message and "first-worker-0" not in message
+    events = jobs.wait_event(cluster, namespace, "first", "BackoffLimitExceeded")
+    assert any(e["message"].startswith(lead) for e in events), events
+    first = done["status"]["firstFailure"]
+    assert (first["worker"], first["exitCode"], first["collateral"]) == (1, 3, 1), first
+    assert "raise ValueError" in first["message"], first  # the traceback's last lines
+    shown = kubectl_ddp(cluster, "status", "first", "-n", namespace)
+    assert "first failure (attempt 0): worker 1: exit code 3, Error" in shown, shown
+
+
+def test_an_oom_killed_worker_is_named_and_a_rule_on_oomkilled_fails_the_job(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """Worker 1 touches 512 MB under a 64 MiB limit: the kernel kills it, the kubelet says
+    OOMKilled; the rule on that reason fails the job at once, naming the worker."""
+    script = (
+        'if [ "$NODE_RANK" = 1 ]; then echo allocating; '
+        'exec python3 -c "b = bytearray(512 * 1024 * 1024)"; fi; exec sleep 300'
+    )
+    job = trainer_job("oom", namespace, images["trainer"], [], backoffLimit=3)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["command"] = ["sh", "-c", script]  # no ddp-wait: worker 0 never listens
+    trainer["resources"] = {"limits": {"memory": "64Mi"}}
+    rule = {"action": "FailJob", "onReasons": ["OOMKilled"]}
+    job["spec"]["failurePolicy"] = {"rules": [rule]}
+    jobs.apply(cluster, job)
+    done = jobs.wait_phase(cluster, namespace, "oom", "Failed", timeout=180)
+    failed = jobs.condition(done, "Failed")
+    assert failed["reason"] == "FailedByPolicy", failed
+    assert failed["message"].startswith("oom-worker-1 exited with code 137 (OOMKilled"), failed
+    first = done["status"]["firstFailure"]
+    assert (first["worker"], first["reason"], first["rule"]) == (1, "OOMKilled", "rules[0]")
