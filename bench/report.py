@@ -95,7 +95,17 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
         "rss_ratio_jobset": peak.get("jobset", NAN) / peak.get("ours", NAN),
         # S8: the operator's CPU seconds per 1000 progress reports, over its idle baseline.
         "s8_cpu_per_1000_reports": (res.get("s8") or {}).get("cpu_per_1000_reports", NAN),
+        # S9, the defaults' run: ETTR (useful steps' time over wall time), hang -> restart in s.
+        "s9_goodput": _s9(res, "ettr"),
+        "s9_hang_detect_s": _s9(res, "hang_detect_s"),
     }
+
+
+def _s9(res: dict[str, Any], key: str) -> float:
+    """A figure of S9's run with the defaults (nan if it did not run, or had no hang)."""
+    run = ((res.get("s9") or {}).get("runs") or {}).get("defaults") or {}
+    value = run.get(key)
+    return NAN if value is None else float(value)
 
 
 def _median(values: list[float] | None) -> float:
@@ -192,6 +202,16 @@ def table(res: dict[str, Any]) -> list[str]:
             f"API requests {s8['requests']}; {s8['written']} of {s8['jobs']} jobs show their "
             "last report |"
         )
+    if s9 := res.get("s9"):
+        kinds = ", ".join(f["kind"] for f in s9["failures"])
+        for name, run in s9["runs"].items():
+            hangs = ", ".join(f"{h['detect_s']:.1f} s" for h in run["hangs"]) or "-"
+            rows.append(
+                f"| S9 {name} ({run['config']}): {s9['steps']} steps x {s9['step_s']} s, "
+                f"failures {kinds} | ETTR {run['ettr']:.2f} ({run['wall_s']:.1f} s, "
+                f"{run['attempts']} attempts, {run['steps_lost']} steps lost) | - | - | - | "
+                f"hang -> restart {hangs} |"
+            )
     return rows
 
 

@@ -3,12 +3,14 @@ operator v1 and JobSet, all in one run on the same cluster. Ratios, not absolute
 result; see bench/README.md for the scenarios.
 
     python bench/run.py [--quick] [--only ours,raw,...]      (make bench / make bench-quick)
+    python bench/run.py [--quick] --s9-only [defaults,stall-off,recreate]   (S9 alone)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import sys
@@ -24,9 +26,11 @@ from contenders.ours import Ours
 from contenders.raw import Raw
 from cost import memory_mb, reset_peak
 from podwatch import Stalled
-from report import CONTENDERS, spread_line, write
+from report import CONTENDERS, ratios, result_line, spread_line, write
 from scenarios.completion import completion, percentile
 from scenarios.elastic import elastic_recovery
+from scenarios.goodput import Reporting, goodput
+from scenarios.goodput_job import CONFIGS
 from scenarios.progress import progress_cost
 from scenarios.recovery import available, recovery
 from scenarios.restart import restart
@@ -119,6 +123,34 @@ def contender_round(ct: Contender, sizes: dict[str, int], res: dict[str, Any], l
             log(f"{ct.title}'s own API requests in this round: {asked}")
 
 
+def goodput_run(
+    cluster: Cluster, pool: ThreadPoolExecutor, quick: bool, configs: tuple[str, ...] | None
+) -> dict[str, Any]:
+    """S9 under an operator of its own whose progress endpoint the real node's pods reach."""
+    reporting = Reporting(cluster, pool)
+    with reporting.running():
+        return goodput(reporting, quick, configs)
+
+
+def s9_alone(
+    cluster: Cluster, pool: ThreadPoolExecutor, quick: bool, configs: tuple[str, ...] | None
+) -> int:
+    """``--s9-only``: S9 alone; its figures in results/s9.json (the README's table and
+    latest.json stay as the last whole run left them) and a RESULT line of its keys."""
+    if not available(Ours(cluster, pool)):
+        log("S9 cannot run: no local real node (hack/cluster/realnode.sh)")
+        return 1
+    try:
+        s9 = goodput_run(cluster, pool, quick, configs)
+    except Stalled as exc:
+        log(f"cannot measure: {exc}")
+        return 1
+    (RESULTS / "s9.json").write_text(json.dumps(s9, indent=2) + "\n")
+    figures = {k: v for k, v in ratios({"runs": {}, "s9": s9}).items() if k.startswith("s9_")}
+    print(result_line(figures), flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 13 min here)")
@@ -128,7 +160,18 @@ def main() -> int:
         help="contenders to run, comma-separated (default: all)",
     )
     parser.add_argument("--no-s4", action="store_true", help="skip S4 (scale)")
+    parser.add_argument(
+        "--s9-only",
+        nargs="?",
+        const="",
+        metavar="CONFIGS",
+        help="run S9 (goodput, real node) alone, for these configurations, comma-separated "
+        f"(of {', '.join(CONFIGS)}; default: the run's own: --quick's defaults, else all)",
+    )
     args = parser.parse_args()
+    s9_configs = tuple(w for w in (args.s9_only or "").split(",") if w) or None
+    if unknown := set(s9_configs or ()) - set(CONFIGS):
+        parser.error(f"unknown S9 configuration(s) {sorted(unknown)}: choose from {list(CONFIGS)}")
     wanted = [w for w in args.only.split(",") if w]
     if unknown := set(wanted) - set(KINDS):
         parser.error(f"unknown contender(s) {sorted(unknown)}: choose from {sorted(KINDS)}")
@@ -143,8 +186,10 @@ def main() -> int:
     cluster = Cluster()
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/ddpjobs.ddp-operator.io")
-    cluster.bench_nodes()
     pool = ThreadPoolExecutor(CONCURRENCY)
+    if args.s9_only is not None:
+        return s9_alone(cluster, pool, args.quick, s9_configs)
+    cluster.bench_nodes()
     res: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "quick": args.quick,
@@ -191,8 +236,10 @@ def main() -> int:
                 log(f"S7: recovery on the real node, {S7_RUNS} failures per restart strategy")
                 with ours.running():
                     res["s7"] = recovery(ours, S7_RUNS) | elastic_recovery(ours, S7_RUNS)
+                log("S9: goodput on the real node, failures injected on a seeded schedule")
+                res["s9"] = goodput_run(cluster, pool, args.quick, None)
             else:
-                log("S7 left out: no local real node (hack/cluster/realnode.sh)")
+                log("S7 and S9 left out: no local real node (hack/cluster/realnode.sh)")
     except Stalled as exc:
         log(f"cannot measure: {exc}")
         return 1

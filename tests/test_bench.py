@@ -3,10 +3,12 @@ the cluster, one measured run and a wait that cannot end failing at once, saying
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import report
 from contenders.raw import Raw
 from harness.cluster import Cluster
 from podwatch import PodWatch, Stalled
+from scenarios import goodput, goodput_job
 from scenarios.startup import startup
 
 KEYS = [
@@ -36,6 +39,8 @@ KEYS = [
     "s5_ratio_jobset",
     "rss_ratio_jobset",
     "s8_cpu_per_1000_reports",
+    "s9_goodput",
+    "s9_hang_detect_s",
 ]
 
 
@@ -83,6 +88,22 @@ def results(*contenders: str) -> dict[str, Any]:
             "ElasticReplace": [4.0, 2.0],
             "GroupRestart": [6.0, 3.0],
         },
+        "s9": {
+            "steps": 40,
+            "step_s": 0.5,
+            "failures": [{"kind": "crash"}, {"kind": "hang"}],
+            "runs": {
+                "defaults": {
+                    "config": "InPlace, stall detection 30 s",
+                    "ettr": 0.25,
+                    "wall_s": 80.0,
+                    "attempts": 3,
+                    "steps_lost": 7,
+                    "hang_detect_s": 33.1,
+                    "hangs": [{"detect_s": 33.1}],
+                }
+            },
+        },
     }
     for who in contenders:
         res["runs"][who] = {
@@ -109,6 +130,7 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["s5_ratio_jobset"] == "1.50"
     assert got["rss_ratio_jobset"] == "1.50"  # JobSet controller's peak RSS over ours
     assert got["s8_cpu_per_1000_reports"] == "20.00"  # the operator's, over its idle baseline
+    assert got["s9_goodput"] == "0.25" and got["s9_hang_detect_s"] == "33.10"  # the defaults' run
 
 
 def test_a_contender_that_did_not_run_is_nan_never_a_number():
@@ -127,6 +149,11 @@ def test_the_table_replaces_only_what_is_between_the_markers(tmp_path: Path):
     assert text.endswith("<!-- /results -->\nafter\n") and "old" not in text
     assert "1.5x faster than JobSet" in text and "1.5x cheaper than JobSet" in text
     assert "peak 101 MB" in text
+    s9 = "| S9 defaults (InPlace, stall detection 30 s): 40 steps x 0.5 s, failures crash, hang |"
+    assert (
+        f"{s9} ETTR 0.25 (80.0 s, 3 attempts, 7 steps lost) | - | - | - | hang -> restart 33.1 s |"
+        in text
+    )
     assert "| 90 MB (S1 80, S5 90) | - | - | 135 MB (S1 135) | 1.5x lighter than JobSet |" in text
     assert (tmp_path / "latest.json").exists() and line.startswith("RESULT s1_ratio_raw=1.25")
 
@@ -207,3 +234,41 @@ def test_raw_creates_exactly_the_pods_the_operator_creates_here():
         assert names == ["trainer", "ddp-attempt-watch"]
     (configmap,) = [o for o in objects("j", "ns", 3) if o["kind"] == "ConfigMap"]
     assert configmap["metadata"]["name"] == "j-ddp-env"  # the one the pods read
+
+
+def test_s9s_schedule_is_the_seeds_one_failure_per_attempt_each_reachable():
+    """The same seed, the same failures; each attempt's comes after the previous one's (4 steps:
+    its attempt has reported; 2 checkpoints past an eviction, which may act 10 steps late)."""
+    full = goodput_job.schedule(goodput.SEED, goodput.FULL["steps"], goodput_job.KINDS)
+    assert full == goodput_job.schedule(goodput.SEED, goodput.FULL["steps"], goodput_job.KINDS)
+    assert sorted(f["kind"] for f in full) == sorted(goodput_job.KINDS)
+    assert [f["attempt"] for f in full] == [0, 1, 2, 3]
+    for before, after in pairwise(full):
+        gap = 2 * goodput_job.EVERY + 4 if before["kind"] == "evict" else 4
+        assert after["step"] >= before["step"] + gap, full
+    assert full[0]["step"] >= 4 and full[-1]["step"] < goodput.FULL["steps"]
+    # --quick: the defaults only, a crash and a hang in 40 steps (about 90 s on the real node).
+    assert goodput.QUICK["configs"] == ("defaults",) and goodput.QUICK["steps"] <= 40
+    quick = goodput_job.schedule(goodput.SEED, goodput.QUICK["steps"], goodput.QUICK["kinds"])
+    assert sorted(f["kind"] for f in quick) == ["crash", "hang"]
+
+
+def test_s9s_job_is_the_configurations_own_and_carries_the_script_and_its_schedule(tmp_path: Path):
+    failures = goodput_job.schedule(1, 40, ("crash", "hang"))
+    for name, config in goodput_job.CONFIGS.items():
+        body = goodput_job.job("j", "ns", "img", config, failures, 40, tmp_path)
+        spec = body["spec"]
+        assert (spec["nodes"], spec["procsPerNode"], spec["backend"]) == (2, 1, "gloo")
+        assert spec["restartStrategy"] == ("Recreate" if name == "recreate" else "InPlace")
+        (trainer,) = spec["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in trainer["env"]}
+        assert json.loads(env["S9_FAILURES"]) == failures and env["DDP_PROGRESS_INTERVAL"] == "1"
+        assert trainer["resources"]["limits"]["memory"] == "1Gi"  # "oom" touches 2 GiB
+        assert trainer["command"][:2] == ["python3", "-c"]
+        compile(trainer["command"][2], "goodput_train.py", "exec")
+        timeout = int(env["S9_GLOO_TIMEOUT"])
+        if name == "stall-off":  # gloo's own timeout ends the hang
+            assert spec["stallDetection"] == {"enabled": False} and timeout <= 90
+        else:  # stall detection, 30 s, well before gloo's
+            assert spec["stallDetection"] == {"enabled": True, "timeoutSeconds": 30}
+            assert timeout > config.hang_ends_in

@@ -198,3 +198,54 @@ def test_workers_leave_a_lost_node_after_a_bounded_grace_unless_the_template_say
     assert builders.build_worker_pod(resolve(body), 0)["spec"]["tolerations"] == [
         {"operator": "Exists"}
     ]
+
+
+def test_nccl_jobs_get_pytorch_s_watchdogs_consistent_with_stall_detection() -> None:
+    gpu = {"resource": "nvidia.com/gpu", "perNode": 8}
+    j = job(accelerator=gpu, stallDetection={"timeoutSeconds": 90})
+    env = env_of(builders.build_worker_pod(j, 0), j)
+    assert env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "90"
+    assert (
+        env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    )
+    auto = job(accelerator=gpu)
+    assert (
+        env_of(builders.build_worker_pod(auto, 0), auto)["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]
+        == "300"
+    )
+    for other in (job(), job(accelerator=gpu, stallDetection={"enabled": False})):  # gloo, off
+        assert "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" not in env_of(
+            builders.build_worker_pod(other, 0), other
+        )
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "t",
+                    "env": [{"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "value": "900"}],
+                }
+            ]
+        }
+    }
+    mine = job(accelerator=gpu, template=template)
+    assert (
+        env_of(builders.build_worker_pod(mine, 0), mine)["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]
+        == "900"
+    )
+
+
+def test_the_trainer_leaves_its_last_lines_as_its_termination_message() -> None:
+    j = job()
+    trainer = builders.build_worker_pod(j, 0)["spec"]["containers"][0]
+    assert trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    template = {
+        "spec": {
+            "containers": [{"name": "trainer", "image": "t", "terminationMessagePolicy": "File"}]
+        }
+    }
+    mine = job(template=template)
+    assert (
+        builders.build_worker_pod(mine, 0)["spec"]["containers"][0]["terminationMessagePolicy"]
+        == "File"
+    )

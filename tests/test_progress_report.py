@@ -96,3 +96,24 @@ def test_at_most_one_write_an_interval_but_the_first_complete_report_at_once() -
     assert pr.write_in(1.0, 5.0, done, True) == 4.0  # the next ones wait like any other
     assert pr.write_in(1.0, 5.0, past, True) == 4.0  # a step past total too
     assert not pr.complete(pr.normalize({"step": 10}, NOW))  # no total: never complete
+
+
+def test_the_attempt_s_clock_is_carried_from_report_to_report() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def taken(step: int, seconds: int, attempt: int = 0) -> dict:
+        return pr.normalize({"step": step, "attempt": attempt}, t0 + timedelta(seconds=seconds))
+
+    first = pr.carry(None, taken(10, 0))
+    assert (first["since"], first["sinceStep"], first["advanced"]) == (
+        first["updated"],
+        10,
+        first["updated"],
+    )
+    assert "stepSeconds" not in first
+    second = pr.carry(first, taken(20, 30))
+    assert second["advanced"] == second["updated"] and second["stepSeconds"] == 3.0
+    same = pr.carry(second, taken(20, 90))  # the step did not move: its clock stays
+    assert same["advanced"] == second["advanced"] and same["stepSeconds"] == 3.0
+    again = pr.carry(same, taken(0, 100, attempt=1))  # a new attempt starts afresh
+    assert again["advanced"] == again["since"] == again["updated"] and again["sinceStep"] == 0

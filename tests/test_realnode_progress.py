@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -305,3 +306,53 @@ def test_a_group_restart_reports_anew_from_the_next_attempt(
     assert max(s for a, s in seen if a == 0) <= 30, seen  # attempt 0 got no further
     assert seen[-1] == (1, 60), seen
     assert (jobs.get(cluster, ns, name) or {})["status"]["restarts"] == 1
+
+
+HANGS_ON_ATTEMPT_0 = """
+import os, time
+import torch
+import torch.distributed as dist
+from ddp_operator.progress import report
+
+dist.init_process_group("gloo")
+hang = os.environ["DDP_ATTEMPT"] == "0" and dist.get_rank() == 1
+for step in range(1, 31):
+    if hang and step == 6:
+        time.sleep(100000)  # stuck inside the loop, without exiting
+    dist.all_reduce(torch.ones(1))
+    report(step, 30)
+    time.sleep(0.2)
+print("TRAINED", flush=True)
+"""
+
+
+def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Rank 1 stops inside its loop on attempt 0 (sleeps, never exits); rank 0 then waits in
+    its all_reduce and reports no more. The operator is SIGKILLed once the job has reported and
+    started again: it finds the stall clock in the status, says Stalled within the timeout plus
+    a pass, restarts the group, and attempt 1 trains to Succeeded."""
+    ns, name = reporting.ns, "hang"
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec torchrun /tmp/t.py']
+    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=2, backoffLimit=1)
+    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [
+        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
+        {"name": "SCRIPT", "value": HANGS_ON_ATTEMPT_0},
+    ]
+    jobs.apply(cluster, job)
+    wait_for(lambda: progress(cluster, ns, name).get("step", 0) >= 3, timeout=180, what="reports")
+    reporting.op.kill()
+    reporting.op = reporting.start()
+    restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=120)
+    cond = jobs.condition(restarted, "Restarting")
+    assert re.search(r"has not advanced from [1-5] since", cond["message"]), cond
+    assert "(stall timeout 30s)" in cond["message"], cond
+    advanced = datetime.fromisoformat(progress(cluster, ns, name)["advanced"])
+    caught = datetime.fromisoformat(cond["lastTransitionTime"])
+    assert 30 <= (caught - advanced).total_seconds() <= 30 + 15, (advanced, caught)
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
+    status = done["status"]
+    assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status

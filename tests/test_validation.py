@@ -21,6 +21,8 @@ def trainer_env(*names: str) -> dict:
 
 CASES = [
     ("nodes-zero", {"nodes": 0}, "spec.nodes"),
+    ("stall-too-short", {"stallDetection": {"timeoutSeconds": 10}}, "spec.stallDetection"),
+    ("stall-not-bool", {"stallDetection": {"enabled": "maybe"}}, "spec.stallDetection.enabled"),
     ("negative-backoff", {"backoffLimit": -1}, "spec.backoffLimit"),
     ("negative-deadline", {"activeDeadlineSeconds": -5}, "spec.activeDeadlineSeconds"),
     ("negative-ttl", {"ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished"),

@@ -36,11 +36,16 @@ def ddpjob(name: str, ns: str, nodes: int, spec: dict[str, Any] | None = None) -
 
 @contextlib.contextmanager
 def operator(
-    kubeconfig: str, pattern: str = f"{PREFIX}*", metrics_port: int = 0, progress_port: int = 0
+    kubeconfig: str,
+    pattern: str = f"{PREFIX}*",
+    metrics_port: int = 0,
+    progress_port: int = 0,
+    progress_host: str = "127.0.0.1",
 ) -> Iterator[subprocess.Popen]:
     """`ddp-operator run` for the namespaces matching ``pattern``, until the block ends; its
-    progress endpoint on the loopback's ``progress_port`` (0: off)."""
-    progress = ["--progress-address", f"127.0.0.1:{progress_port}"] if progress_port else []
+    progress endpoint on ``progress_host``'s ``progress_port`` (0: off)."""
+    address = f"{progress_host}:{progress_port}"
+    progress = ["--progress-address", address] if progress_port else []
     port = free_port()
     log = RESULTS / "operator.log"
     with open(log, "ab") as logf:
@@ -78,6 +83,7 @@ class Ours(Contender):
     proc: subprocess.Popen | None = None
     metrics_port = 0
     progress_port = 0  # its progress endpoint, on as the chart has it (S8 reports to it)
+    progress_host = "127.0.0.1"  # where it listens (S9's pods on the real node: its bridge)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -90,6 +96,7 @@ class Ours(Contender):
             self.cluster.kubeconfig,
             metrics_port=self.metrics_port,
             progress_port=self.progress_port,
+            progress_host=self.progress_host,
         ) as proc:
             self.proc = proc
             try:

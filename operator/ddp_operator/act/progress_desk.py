@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,6 +74,7 @@ class ProgressDesk:
             return 400, f"bad report: {exc}"
         metrics.PROGRESS_REPORTS.labels("accepted").inc()
         metrics.job_progress(namespace, name, progress, time.time())
+        progress = progress_report.carry(self._before(key), progress)
         self._latest[key] = progress
         attempt = self._attempt(key)
         since = time.monotonic() - self._written.get(key, -math.inf)
@@ -94,6 +96,12 @@ class ProgressDesk:
             metrics.PROGRESS_REPORTS.labels("failed").inc()
             return 503, f"cannot write the job's status: {exc.status} {exc.reason}"
         return 202, "taken"
+
+    def _before(self, key: Key) -> Mapping[str, Any] | None:
+        """The job's report before this one: held back, written, or in its status."""
+        runner = self.runners.job(key)
+        status = (runner.body.get("status") or {}) if runner is not None else {}
+        return self._latest.get(key) or self._sent.get(key) or status.get("progress")
 
     def _attempt(self, key: Key) -> int:
         """The job's attempt as its loop knows it (-1: no loop)."""

@@ -52,6 +52,10 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "metadata": meta}
 
 
+def _progress(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return (body.get("status") or {}).get("progress")
+
+
 class JobRunner:
     """The reconcile loop of one DDPJob."""
 
@@ -86,9 +90,11 @@ class JobRunner:
 
     def update(self, body: Mapping[str, Any]) -> None:
         """A new version of the job was observed (its status is taken if further on); one
-        that differs in its training's progress only leaves the loop asleep."""
+        that differs in its training's progress only leaves the loop asleep, unless it is an
+        attempt's first report (the loop then sets its stall clock: ``hangs``)."""
         old, self.body = self.body, slim(body)
-        if progress_report.same_but_progress(old, self.body):
+        first = progress_report.first_of_attempt(_progress(old), _progress(self.body))
+        if progress_report.same_but_progress(old, self.body) and not first:
             return
         if self.memory.adopt(body.get("status")):
             log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
@@ -221,6 +227,7 @@ class JobRunner:
             told,
             self.refused,
             self.memory.last,
+            _progress(body),
         )
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)

@@ -148,7 +148,9 @@ def decide(
     failed workers cannot be replaced alone (None: they can, an elastic job's)."""
     first = failures[0]
     rule, action = action_for(job, first)
-    if action == fp.REPLACE_WORKER and alone is None:
+    if action == fp.REPLACE_WORKER and first.index < 0:
+        alone = f"{first.reason} is no one worker's failure"
+    elif action == fp.REPLACE_WORKER and alone is None:
         others = [f for f in failures[1:] if action_for(job, f)[1] != fp.REPLACE_WORKER]
         alone = f"{others[0].pod} is not to be replaced alone" if others else None
     cause = first.describe()

@@ -80,6 +80,31 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
     return progress
 
 
+def carry(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """``new`` with its attempt's clock (``hangs`` reads it): ``since``/``sinceStep``, the
+    attempt's first report; ``advanced``, when its step last changed; ``stepSeconds``, its
+    seconds per step so far. Carried from ``old``, the report before, if of the same attempt."""
+    out = dict(new)
+    if not old or old.get("attempt") != new.get("attempt") or not old.get("since"):
+        out.update(since=new["updated"], sinceStep=new["step"], advanced=new["updated"])
+        return out
+    out.update(since=old["since"], sinceStep=int(old.get("sinceStep") or 0))
+    moved = new["step"] != old.get("step")
+    out["advanced"] = new["updated"] if moved else old.get("advanced") or new["updated"]
+    steps = new["step"] - out["sinceStep"]
+    start, now = parse_time(out["since"]), parse_time(new["updated"])
+    if moved and steps > 0 and start is not None and now is not None:
+        out["stepSeconds"] = round((now - start).total_seconds() / steps, 3)
+    elif old.get("stepSeconds") is not None:
+        out["stepSeconds"] = old["stepSeconds"]
+    return out
+
+
+def first_of_attempt(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether ``new`` is the first report of its attempt (after ``old``)."""
+    return bool(new) and (not old or old.get("attempt") != new.get("attempt"))
+
+
 def complete(progress: Mapping[str, Any]) -> bool:
     """Whether a report says the last step (``step == total``, once clamped)."""
     total = progress.get("total")

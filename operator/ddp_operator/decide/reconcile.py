@@ -20,6 +20,7 @@ from . import (
     elastic,
     failure_facts,
     failure_policy,
+    hangs,
     inplace,
     kueue,
     obstacles,
@@ -61,13 +62,15 @@ def plan(
     told: kueue.Holdup | None = None,
     refused: str | None = None,
     last: Mapping[tuple[str, int], WorkerPod] = MappingProxyType({}),
+    progress: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
     pods seen before (a worker's pod seen once and gone is a failure, never re-created in the
     same attempt), those Kueue removed (``evicted``: why), why Kueue holds the group (``told``,
     from its Workload), why the API server refused in-place pods (``refused``) and, if the last
-    attempt to act failed, that failure; ``last``: own pods gone, as last seen."""
+    attempt to act failed, that failure; ``last``: own pods gone, as last seen; ``progress``:
+    the training's latest report (``status.progress``)."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
@@ -185,6 +188,10 @@ def plan(
     created = conds.true(c.COND_CREATED) and not job.scalable
     facts = failure_facts.collect(job, current, created, seen, attempt, excused, last)
     stuck = inplace.stuck(current.values(), attempt, status, now, inplace.limit(job))
+    if not facts and not stuck:  # a training that stopped advancing fails too (``hangs``)
+        stall, until = hangs.check(job, {**new, "conditions": conds.items}, progress, attempt, now)
+        result.recheck_in(until)
+        facts = [stall] if stall else []
     going: list[WorkerPod] = []  # replaced alone: deleted, and created again once gone
     if facts or stuck:
         failed = [f.index for f in facts]

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec, SpecError
-from . import job_configmap, termination
+from . import job_configmap, termination, watchdogs
 from .inplace_pod import make_in_place
 
 Manifest = dict[str, Any]
@@ -146,11 +146,12 @@ def build_service(job: JobSpec) -> Manifest:
 
 
 def _defaults(job: JobSpec) -> list[tuple[str, str]]:
-    """Env the user may set otherwise: unbuffered output, and for elastic jobs torchrun's own
+    """Env the user may set otherwise: unbuffered output, PyTorch's NCCL watchdogs
+    (``watchdogs``), and for elastic jobs torchrun's own
     restarts (each lost node costs every agent one) and a rendezvous store set up anew each
     round (torch's shared store leaves a node that joins a later round waiting for an address
     no one writes again: seen in real pods, torch 2.15)."""
-    env = [("PYTHONUNBUFFERED", "1")]
+    env = [("PYTHONUNBUFFERED", "1"), *watchdogs.env(job)]
     if job.elastic:
         env += [
             ("PET_MAX_RESTARTS", str(c.ELASTIC_MAX_RESTARTS)),

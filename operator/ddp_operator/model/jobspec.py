@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import constants as c
-from . import failure_policy
+from . import failure_policy, stall_detection
 
 
 class SpecError(ValueError):
@@ -90,6 +90,9 @@ class JobSpec:
     network_allow: tuple[Mapping[str, Any], ...] = ()  # spec.network.allow: ingress rules
     failure_policy: failure_policy.FailurePolicy = field(
         default_factory=failure_policy.FailurePolicy
+    )
+    stall_detection: stall_detection.StallDetection = field(
+        default_factory=stall_detection.StallDetection
     )
 
     @property
@@ -251,6 +254,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         network_isolation=network.get("isolation"),
         network_allow=tuple(network.get("allow") or ()),
         failure_policy=failure_policy.resolve(spec.get("failurePolicy"), errors),
+        stall_detection=stall_detection.resolve(spec.get("stallDetection"), errors),
     )
     if errors:
         raise SpecError(*errors)

@@ -1,0 +1,81 @@
+"""A training that stopped advancing, found from its own progress reports: in a synchronous DDP
+job a hang anywhere (a peer stuck, a deadlock, a partition, a wedged device) stops rank 0's step
+at the next collective, long before PyTorch's own timeouts (10 minutes for NCCL, 30 for gloo).
+Pure: the job, its status and its latest report in; a failure fact (``Stalled``, decided by the
+failure policy like any other) and when to look again out.
+
+A job is stalled when stall detection is on, all its workers run (``Running`` True), it has
+reported in this attempt, and its step has not advanced for the stall timeout, counted from the
+later of the step's last advance (``progress.advanced``: an attempt's first report starts it, so
+loading a checkpoint or the first step is never a stall) and the group's start (the ``Running``
+condition's last transition: a resumed or restarted group starts afresh; and an elastic job's
+latest replacement of a worker). A job that never
+reports is never stalled. Everything is read from the status: an operator that restarts or
+takes over finds the same clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..model import constants as c
+from ..model import failure_policy as fp
+from ..model.jobspec import JobSpec
+from ..model.stall_detection import CEILING, FLOOR, STEPS
+from .conditions import condition, parse_time
+from .failure_facts import WorkerFailure
+
+STALLED = "Stalled"
+
+
+def timeout(job: JobSpec, progress: Mapping[str, Any] | None) -> int:
+    """The stall timeout in seconds: the spec's, else automatic from the step interval."""
+    if job.stall_detection.timeout_seconds is not None:
+        return job.stall_detection.timeout_seconds
+    step = (progress or {}).get("stepSeconds")
+    if not step:
+        return CEILING
+    return int(min(CEILING, max(FLOOR, STEPS * float(step))))
+
+
+def _replaced(status: Mapping[str, Any], attempt: int) -> datetime | None:
+    """When an elastic job last began replacing a worker in ``attempt`` (its agents then
+    re-rendezvous and reload: no step meanwhile)."""
+    first = status.get("firstFailure") or {}
+    if first.get("action") != fp.REPLACE_WORKER or first.get("attempt") != attempt:
+        return None
+    return parse_time(first.get("time"))
+
+
+def check(
+    job: JobSpec,
+    status: Mapping[str, Any],
+    progress: Mapping[str, Any] | None,
+    attempt: int,
+    now: datetime,
+) -> tuple[WorkerFailure | None, float | None]:
+    """(the stall, if the job is stalled; else seconds until it would be). ``status``: the
+    status being written (its conditions; an elastic job's replacements start the clock too,
+    and none is judged while one is under way)."""
+    if not job.stall_detection.enabled or not progress or progress.get("attempt") != attempt:
+        return None, None
+    running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
+    if running.get("status") != "True" or status.get("replacing"):
+        return None, None
+    advanced = parse_time(progress.get("advanced") or progress.get("updated"))
+    if advanced is None:
+        return None, None
+    starts = (advanced, parse_time(running.get("lastTransitionTime")), _replaced(status, attempt))
+    clock = max(t for t in starts if t is not None)
+    limit = timeout(job, progress)
+    left = (clock + timedelta(seconds=limit) - now).total_seconds()
+    if left > 0:
+        return None, left
+    message = (
+        f"the training's step has not advanced from {progress.get('step')} since "
+        f"{progress.get('advanced') or progress.get('updated')} (stall timeout {limit}s"
+        f"{'' if job.stall_detection.timeout_seconds else ', automatic'})"
+    )
+    return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None
