@@ -12,7 +12,7 @@ import pytest
 from harness import jobs
 from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
-from harness.realnode import NODE, kubectl_ddp, trainer_job, trainer_status
+from harness.realnode import NODE, kubectl_ddp, shell_job, trainer_job, trainer_status
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -46,7 +46,8 @@ if os.environ["NODE_RANK"] == "1":
         raise ValueError("bad batch 17 in shard 3")
     except ValueError:
         traceback.print_exc()
-        sys.exit(3)
+        sys.stderr.flush()
+        os._exit(3)  # not sys.exit: torch's teardown with a live gloo group can segfault (139)
 dist.all_reduce(torch.ones(1))  # worker 0: broken by worker 1's end
 """
 
@@ -138,10 +139,8 @@ def test_an_oom_killed_worker_is_named_and_a_rule_on_oomkilled_fails_the_job(
         'if [ "$NODE_RANK" = 1 ]; then echo allocating; '
         'exec python3 -c "b = bytearray(512 * 1024 * 1024)"; fi; exec sleep 300'
     )
-    job = trainer_job("oom", namespace, images["trainer"], [], backoffLimit=3)
-    trainer = job["spec"]["template"]["spec"]["containers"][0]
-    trainer["command"] = ["sh", "-c", script]  # no ddp-wait: worker 0 never listens
-    trainer["resources"] = {"limits": {"memory": "64Mi"}}
+    job = shell_job("oom", namespace, images["trainer"], script, backoffLimit=3)
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"memory": "64Mi"}}
     rule = {"action": "FailJob", "onReasons": ["OOMKilled"]}
     job["spec"]["failurePolicy"] = {"rules": [rule]}
     jobs.apply(cluster, job)

@@ -14,7 +14,7 @@ from test_realnode_jobs import assert_all_ranks
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import NODE, for_real_node, kubectl_ddp, trainer_job
+from harness.realnode import NODE, for_real_node, kubectl_ddp, shell_job, trainer_job
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
@@ -62,17 +62,15 @@ def _scheduled(cluster: Cluster, ns: str, pod: str) -> int:
 def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
     cluster: Cluster, namespace: str, operator, images: dict[str, str]
 ) -> None:
-    job = trainer_job(
+    job = shell_job(
         "inplace",
         namespace,
         images["trainer"],
-        [],
+        SCRIPT,
         procsPerNode=2,
         backoffLimit=2,
         restartStrategy="InPlace",
     )
-    # Not through the image's entrypoint (ddp-wait): worker 1 would wait for worker 0 to listen.
-    job["spec"]["template"]["spec"]["containers"][0] |= {"command": ["sh", "-c", SCRIPT]}
     jobs.apply(cluster, job)
     first = wait_for(
         lambda: (

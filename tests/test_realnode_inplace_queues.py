@@ -14,7 +14,7 @@ from test_realnode_inplace import _scheduled, _trainer
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import trainer_job
+from harness.realnode import shell_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
 
@@ -26,9 +26,7 @@ SCRIPT = (
 
 
 def _job(name: str, ns: str, image: str, **spec: Any) -> dict[str, Any]:
-    job = trainer_job(name, ns, image, [], backoffLimit=1, **spec)
-    job["spec"]["template"]["spec"]["containers"][0] |= {"command": ["sh", "-c", SCRIPT]}
-    return job
+    return shell_job(name, ns, image, SCRIPT, backoffLimit=1, **spec)
 
 
 def _restarted_in_place(cluster: Cluster, ns: str, name: str) -> list[dict[str, Any]]:

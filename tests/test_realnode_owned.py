@@ -14,7 +14,7 @@ from test_realnode_netpol import _finish, _job, _master_ip, _probe, elsewhere  #
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import kubectl_ddp, trainer_job
+from harness.realnode import kubectl_ddp, shell_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
 
@@ -62,16 +62,15 @@ def test_an_in_place_restart_after_the_configmap_was_deleted_gives_every_process
     """The job's ConfigMap (where an in-place pod's containers take DDP_ATTEMPT from as they
     start) deleted while the group runs: back at once, and the in-place restart that follows
     gives attempt 1 to every process."""
-    job = trainer_job(
+    job = shell_job(
         "cm",
         namespace,
         images["trainer"],
-        [],
+        SCRIPT,
         procsPerNode=2,
         backoffLimit=2,
         restartStrategy="InPlace",
     )
-    job["spec"]["template"]["spec"]["containers"][0] |= {"command": ["sh", "-c", SCRIPT]}
     jobs.apply(cluster, job)
     wait_for(
         lambda: (

@@ -83,6 +83,14 @@ def trainer_job(name: str, namespace: str, image: str, args: list[str], **spec: 
     return for_real_node(job, image)
 
 
+def shell_job(name: str, namespace: str, image: str, script: str, **spec: Any) -> dict:
+    """A ``trainer_job`` whose trainer runs ``script`` with sh, not through the image's
+    entrypoint (ddp-wait: a worker other than 0 would wait for worker 0 to listen)."""
+    job = trainer_job(name, namespace, image, [], **spec)
+    job["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", script]
+    return job
+
+
 def wait_pod_done(cluster: Cluster, ns: str, name: str, timeout: float = 180) -> Any:
     """The pod once it Succeeded or Failed."""
 

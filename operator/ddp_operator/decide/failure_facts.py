@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..manifests.builders import worker_name
 from ..model.jobspec import JobSpec
@@ -52,8 +53,9 @@ class WorkerFailure:
         except ValueError:
             return None
 
-    @property
+    @cached_property
     def words(self) -> last_words.LastWords:
+        """Its last words, read once (the message, the order and the status all use them)."""
         return last_words.read(self.message)
 
     def describe(self) -> str:
@@ -154,7 +156,7 @@ def ordered(failures: list[WorkerFailure]) -> list[WorkerFailure]:
         key=lambda f: (
             f.time is None,
             f.time or "",
-            last_words.looks_collateral(f.message),
+            last_words.says_collateral(f.words.summary),
             f.index,
         ),
     )

@@ -1,6 +1,6 @@
-"""A training that stopped advancing, found from its own progress reports: in a synchronous DDP
-job a hang anywhere (a peer stuck, a deadlock, a partition, a wedged device) stops rank 0's step
-at the next collective, long before PyTorch's own timeouts (10 minutes for NCCL, 30 for gloo).
+"""A training that stopped advancing, found from its own progress reports: in a synchronous DDP job
+a hang anywhere (a peer stuck, a deadlock, a partition, a wedged device) stops rank 0's step at
+the next collective, long before PyTorch's own timeouts (10 minutes for NCCL, 30 for gloo).
 Pure: the job, its status and its latest report in; a failure fact (``Stalled``, decided by the
 failure policy like any other) and when to look again out.
 
@@ -9,9 +9,8 @@ reported in this attempt, and its step has not advanced for the stall timeout, c
 later of the step's last advance (``progress.advanced``: an attempt's first report starts it, so
 loading a checkpoint or the first step is never a stall) and the group's start (the ``Running``
 condition's last transition: a resumed or restarted group starts afresh; and an elastic job's
-latest replacement of a worker). A job that never
-reports is never stalled. Everything is read from the status: an operator that restarts or
-takes over finds the same clock.
+latest replacement of a worker). A job that never reports is never stalled. Everything is read
+from the status: an operator that restarts or takes over finds the same clock.
 """
 
 from __future__ import annotations

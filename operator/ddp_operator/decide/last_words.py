@@ -75,7 +75,13 @@ def read(message: str | None) -> LastWords:
 def looks_collateral(message: str | None) -> bool:
     """Whether a failure looks like the consequence of another rank's (or the pod's) end: its
     summary, the root cause's error, says a peer went away or the process was terminated."""
-    return bool(_COLLATERAL.search(read(message).summary))
+    return says_collateral(read(message).summary)
+
+
+def says_collateral(summary: str) -> bool:
+    """Whether a summary (``LastWords.summary``) says a peer went away or the process was
+    terminated."""
+    return bool(_COLLATERAL.search(summary))
 
 
 def _error_json(text: str) -> str | None:
