@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ddp_operator.decide import inplace, reconcile
+from ddp_operator.decide import inplace, inplace_fallback, reconcile
 from ddp_operator.decide.conditions import condition, format_time
 from ddp_operator.decide.failure_facts import of_pod
 from ddp_operator.decide.memory import Memory
@@ -40,14 +40,21 @@ def worker(
     phase: str = "Running",
     watch_state: dict[str, Any] | None = None,
     finished: bool = False,
+    told_at: datetime | None = None,
+    counted: int | None = None,
 ):
-    """An in-place worker pod created in attempt ``created``, given ``told``, as its kubelet
-    reports it: restart counts of its trainer and watch, the trainer's state."""
+    """An in-place worker pod created in attempt ``created``, told ``told`` (at ``told_at``,
+    its trainer's restart count then ``counted``; without: by an operator that wrote neither),
+    as its kubelet reports it: restart counts of its trainer and watch, the trainer's state."""
     manifest = builders.build_worker_pod(JOB, index, created, in_place=True)
     manifest = copy.deepcopy(manifest)
     manifest["metadata"]["annotations"]["ddp-operator.io/attempt"] = str(told)
     if finished:
         manifest["metadata"]["annotations"][c.FINISHED_ANNOTATION] = "true"
+    if told_at is not None:
+        manifest["metadata"]["annotations"][c.TOLD_AT_ANNOTATION] = format_time(told_at)
+    if counted is not None:
+        manifest["metadata"]["annotations"][c.TOLD_RESTARTS_ANNOTATION] = str(counted)
     manifest["metadata"]["uid"] = f"uid-{index}"
     manifest["spec"]["nodeName"] = "n1"
     trainer_status = {
@@ -155,15 +162,73 @@ def test_a_restart_the_kubelet_never_begins_is_recreated_after_the_timeout() -> 
 def test_a_pod_never_given_the_attempt_is_recreated_after_the_timeout() -> None:
     """Worker 0 restarted, but its status never showed its trainer restarted (its restart count
     still 0): worker 1 waits for it, and the group must not wait for ever (seen once on the real
-    node; worker 0 then timed out alone in its rendezvous)."""
+    node; worker 0 then timed out alone in its rendezvous). Both are timed from when worker 0
+    was told."""
     status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
-    waiting = [worker(0, told=1, restarts=0, watch=1), worker(1, trainer=exited(3))]
+    waiting = [worker(0, told=1, watch=1, told_at=NOW), worker(1, trainer=exited(3))]
+    assert [inplace.state(p, 1, waiting[0]) for p in waiting] == [inplace.RESTARTING, inplace.WAITS]
     soon = reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=119))
-    assert soon.tell == [] and soon.delete == []
-    plan = reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=121))
+    assert soon.tell == [] and soon.delete == [] and soon.requeue_after == 1
+    later = NOW + timedelta(seconds=121)
+    assert inplace.stuck(waiting, 1, status, later, 120) == [
+        "j-worker-0 was not restarted in place within 120s of being told attempt 1 "
+        "(does node n1 run a kubelet with RestartAllContainers?)",
+        "j-worker-1 was not given attempt 1 within 120s "
+        "(worker 0's trainer of the attempt before was never seen ending)",
+    ]
+    plan = reconcile.plan(JOB, status, waiting, later)
     assert plan.status["restarts"] == 2 and len(plan.delete) == 2
-    cond = condition(plan.status["conditions"], "Restarting")
-    assert "j-worker-1 was not given attempt 1 within 120s" in cond["message"]
+
+
+def test_back_to_back_failures_time_each_restart_from_its_own_tell() -> None:
+    """The defect of issue 41: a failure at t=0, a second at t=100 s, and the job's Restarting
+    condition, True throughout, kept t=0; at t=125 s the second restart was taken for stuck
+    (measured from t=0) and the group recreated, 25 s after it was told."""
+    t100, t125 = NOW + timedelta(seconds=100), NOW + timedelta(seconds=125)
+    first = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW)
+    assert first.attempt == 1
+    # Both restarted for attempt 1 within a second; worker 1 fails again at t=100 s, seen in
+    # the same pass as the restart (the operator was busy, or down, in between).
+    restarted = worker(0, told=1, restarts=1, told_at=NOW, counted=0)
+    failing = [restarted, worker(1, told=1, restarts=1, told_at=NOW, counted=0, trainer=exited(3))]
+    second = reconcile.plan(JOB, first.status, failing, t100)
+    assert second.attempt == 2 and [p.name for p in second.tell] == ["j-worker-0"]
+    assert condition(second.status["conditions"], "Restarting")["status"] == "True"
+    # Worker 0 told at t=100 s, its kubelet yet to restart it at t=125 s: not stuck.
+    told = [worker(0, told=2, restarts=1, told_at=t100, counted=1), failing[1]]
+    plan = reconcile.plan(JOB, second.status, told, t125)
+    assert plan.attempt == 2 and not plan.delete, condition(plan.status["conditions"], "Restarting")
+    assert plan.status["countedRestarts"] == 2 and plan.requeue_after == 95
+
+
+def test_a_pod_still_restarting_is_told_no_later_attempt_until_it_has_restarted() -> None:
+    """A worker that fails while its group restarts: worker 0 restarted for attempt 1 and
+    failed at once, worker 1 told attempt 1 but not yet restarted. Attempt 2 is decided; worker
+    1 is told it only once its restart for attempt 1 shows."""
+    pods = [
+        worker(0, told=1, restarts=1, told_at=NOW, counted=0, trainer=exited(3)),
+        worker(1, told=1, restarts=0, told_at=NOW, counted=0),
+    ]
+    plan = reconcile.plan(JOB, {"restarts": 1}, pods, NOW + timedelta(seconds=5))
+    assert plan.attempt == 2 and [p.name for p in plan.tell] == ["j-worker-0"]
+    assert inplace.state(pods[1], 2, pods[0]) == inplace.RESTARTING
+    restarted = [
+        worker(0, told=2, restarts=2, told_at=NOW, counted=1),
+        worker(1, told=1, restarts=1, told_at=NOW, counted=0),
+    ]
+    later = reconcile.plan(JOB, plan.status, restarted, NOW + timedelta(seconds=9))
+    assert [p.name for p in later.tell] == ["j-worker-1"] and later.attempt == 2
+
+
+def test_a_pod_told_a_later_attempt_than_the_next_restarts_once() -> None:
+    """Worker 1, never told attempt 1 (worker 0 failed again first), is told attempt 2: one
+    restart brings it there (its containers take the attempt from the ConfigMap), and its
+    count moving past the one when told says so; counting attempts since its creation, it owed
+    two and was taken for stuck."""
+    once = worker(1, told=2, restarts=1, told_at=NOW, counted=0)
+    assert not once.restart_pending and inplace.state(once, 2) == inplace.RUNS
+    assert worker(1, told=2, restarts=1).restart_pending  # told by an operator before the count
+    assert worker(1, told=2, restarts=0, told_at=NOW, counted=0).restart_pending
 
 
 def test_a_pod_that_ended_whole_recreates_the_group() -> None:
@@ -210,7 +275,7 @@ def unplaceable(index: int, how: str) -> Any:
     manifest = copy.deepcopy(builders.build_worker_pod(JOB, index, 0, in_place=True))
     manifest["metadata"]["uid"] = f"uid-{index}"
     if how == "scheduler":
-        message = f"0/9 nodes are available: 9 {inplace.NO_NODE_DECLARES}."
+        message = f"0/9 nodes are available: 9 {inplace_fallback.NO_NODE_DECLARES}."
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
         manifest["status"] = {"phase": "Pending", "conditions": [cond | {"message": message}]}
     else:
@@ -255,7 +320,7 @@ def test_in_place_pods_no_node_can_run_are_built_again_plain_and_nothing_failed(
 
 
 def test_a_kubelet_refusing_an_in_place_pod_is_named() -> None:
-    why = inplace.unplaceable([unplaceable(1, "kubelet")])
+    why = inplace_fallback.unplaceable([unplaceable(1, "kubelet")])
     assert why == (
         "j-worker-1 was refused by node old-node: Pod requires node features that are not "
         "available: RestartAllContainersOnContainerExits"
@@ -263,11 +328,11 @@ def test_a_kubelet_refusing_an_in_place_pod_is_named() -> None:
 
 
 def test_pods_that_can_run_in_place_keep_it() -> None:
-    assert inplace.unplaceable([worker(0), worker(1)]) is None
+    assert inplace_fallback.unplaceable([worker(0), worker(1)]) is None
     pending = dataclasses.replace(
         worker(0), phase="Pending", unschedulable="0/9: 9 Insufficient cpu"
     )
-    assert inplace.unplaceable([pending]) is None
+    assert inplace_fallback.unplaceable([pending]) is None
     assert reconcile.plan(JOB, {}, [pending, worker(1)], NOW).in_place
 
 
@@ -301,14 +366,17 @@ def test_pods_whose_watch_cannot_start_are_built_again_plain_and_nothing_failed(
     assert pods[0].watch_broken == message and not pods[0].watching
     failed_start = {"terminated": {"reason": "StartError", "exitCode": 128, "message": message}}
     assert worker(1, watch_state=failed_start).watch_broken == message
-    assert worker(1).watch_broken is None and inplace.unstartable([worker(1)]) is None
+    assert worker(1).watch_broken is None and inplace_fallback.unstartable([worker(1)]) is None
     memory = Memory()
     step(memory, [worker(0), worker(1)])  # seen running first: the trainers did start
     plan = step(memory, pods)
     cond = condition(plan.status["conditions"], "InPlaceRestart")
     assert cond["status"] == "False" and cond["reason"] == "InPlaceWatchCannotStart", cond
     assert "j-worker-0: container ddp-attempt-watch cannot start" in cond["message"], cond
-    assert message in cond["message"] and "/bin/sh from the trainer's image" in cond["message"]
+    assert (
+        message in cond["message"]
+        and "/bin/sh and sleep from the trainer's image" in cond["message"]
+    )
     assert [p.name for p in plan.delete] == ["j-worker-0", "j-worker-1"] and not plan.create
     assert plan.attempt == 0 and "InPlaceWatchCannotStart" in [e.reason for e in plan.events]
     for pod in pods:
@@ -316,3 +384,19 @@ def test_pods_whose_watch_cannot_start_are_built_again_plain_and_nothing_failed(
     plan = step(memory, [])
     assert plan.create == [0, 1] and not plan.in_place and plan.attempt == 0
     assert memory.status["phase"] != "Failed" and memory.status["restarts"] == 0
+
+
+def test_a_watch_in_crash_loop_back_off_makes_the_group_recreated() -> None:
+    """In-place restarts never meet the kubelet's crash-loop back-off (bench/inplace_backoff.py:
+    restarts 1-6 of one pod took 2-4 s each); a watch container killed alone does, and would not
+    see its next attempt for up to 300 s: the group is recreated instead."""
+    backoff = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting"}}
+    pods = [worker(0, watch_state=backoff), worker(1, trainer=exited(3))]
+    assert pods[0].watch_backoff == "back-off 40s restarting"
+    plan = reconcile.plan(JOB, {}, pods, NOW)
+    assert len(plan.delete) == 2 and not plan.tell
+    cond = condition(plan.status["conditions"], "Restarting")
+    assert (
+        "not in place: j-worker-0's ddp-attempt-watch container is in crash-loop back-off"
+        in (cond["message"])
+    )

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from ddp_operator.manifests import builders, inplace_pod, job_configmap
+from ddp_operator.model import constants as c
+from ddp_operator.model import pod_status
 from ddp_operator.model.jobspec import resolve
 
 from jobs import ddpjob
@@ -92,10 +94,10 @@ def test_the_users_containers_and_rules_are_kept() -> None:
     assert not inplace_pod.carried(plain) and len(plain["spec"]["containers"]) == 1
 
 
-def _watch(root: Path, started_with: str) -> subprocess.Popen:
+def _watch(root: Path, started_with: str, path: str | None = None) -> subprocess.Popen:
     script = inplace_pod.WATCH_SCRIPT.replace(inplace_pod.ATTEMPT_DIR, str(root))
-    env = {**os.environ, "DDP_ATTEMPT": started_with}
-    return subprocess.Popen(["/bin/sh", "-c", script], env=env)
+    env = {**os.environ, "DDP_ATTEMPT": started_with, "PATH": path or os.environ["PATH"]}
+    return subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, text=True)
 
 
 def test_the_watch_exits_86_once_the_attempt_moves_on(tmp_path: Path) -> None:
@@ -118,3 +120,54 @@ def test_the_watch_exits_0_once_the_job_has_finished(tmp_path: Path) -> None:
     assert watch.poll() is None
     (tmp_path / "finished").write_text("true")
     assert watch.wait(timeout=10) == 0
+
+
+def test_a_missing_attempt_annotation_is_no_new_attempt(tmp_path: Path) -> None:
+    """The annotation removed (by hand, or by a tool that rewrote the pod's metadata): the
+    downward-API file reads empty, and the watch keeps the pod as it is."""
+    (tmp_path / "attempt").write_text("")
+    (tmp_path / "finished").write_text("")
+    watch = _watch(tmp_path, "1")
+    time.sleep(1)
+    assert watch.poll() is None
+    (tmp_path / "attempt").write_text("2")
+    assert watch.wait(timeout=10) == 86
+
+
+def test_the_watch_needs_only_sleep_and_naps_a_second_where_it_takes_no_fraction(
+    tmp_path: Path,
+) -> None:
+    """POSIX ``sleep`` takes whole seconds: a stand-in that refuses ``0.2`` makes the watch nap
+    a second, and it still exits 86; without any ``sleep`` on its PATH it exits 127 saying so,
+    which the operator reads as a watch that cannot run (``inplace_fallback``)."""
+    (tmp_path / "attempt").write_text("1")
+    (tmp_path / "finished").write_text("")
+    whole = tmp_path / "bin"
+    whole.mkdir()
+    (whole / "sleep").write_text(
+        '#!/bin/sh\ncase "$1" in *.*) echo "sleep: invalid time" >&2; exit 1;; esac\n'
+        'exec /bin/sleep "$1"\n'
+    )
+    (whole / "sleep").chmod(0o755)
+    watch = _watch(tmp_path, "1", path=str(whole))
+    time.sleep(1.5)
+    assert watch.poll() is None
+    (tmp_path / "attempt").write_text("2")
+    assert watch.wait(timeout=10) == 86
+    lacking = _watch(tmp_path, "2", path=str(tmp_path / "nothing"))
+    out, _ = lacking.communicate(timeout=10)
+    assert lacking.returncode == c.WATCH_LACKS_EXIT_CODE == 127
+    assert "no sleep command in the trainer's image" in out
+    status = {
+        "name": "ddp-attempt-watch",
+        "state": {"terminated": {"exitCode": 127, "message": out}},
+    }
+    assert "no sleep command" in (pod_status.cannot_start(status, c.WATCH_LACKS_EXIT_CODE) or "")
+
+
+def test_a_pod_is_told_its_attempt_with_when_and_its_trainers_restart_count() -> None:
+    assert inplace_pod.told(3, "2026-11-26T12:00:00Z", 5) == {
+        "ddp-operator.io/attempt": "3",
+        "ddp-operator.io/told-at": "2026-11-26T12:00:00Z",
+        "ddp-operator.io/restarts-when-told": "5",
+    }

@@ -4,6 +4,8 @@ placed on it, and what runs there (real processes, seen through containerd)."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from jobs import ddpjob
 REALNODE_SH = ROOT / "hack" / "cluster" / "realnode.sh"
 BUILD_SH = ROOT / "hack" / "cluster" / "build.sh"
 SOCK = ROOT / ".cluster" / "realnode" / "containerd" / "containerd.sock"
+KUBELET_PID = ROOT / ".cluster" / "realnode" / "kubelet.pid"
 KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
 POD_NET = ipaddress.ip_network("198.18.0.0/15")
 NODE = "real-node-0"
@@ -133,3 +136,21 @@ def container_pid(cluster: Cluster, ns: str, pod: str) -> int:
         if task == cid:
             return int(pid)
     raise AssertionError(f"no task of container {cid} ({pod})")
+
+
+def restart_kubelet() -> None:
+    """Stop the node's kubelet (SIGTERM; the pods' containers run on under containerd) and
+    start it again (``realnode.sh up`` starts what does not run), as an upgrade or a crash
+    of the kubelet alone does."""
+    pid = int(KUBELET_PID.read_text())
+    os.kill(pid, signal.SIGTERM)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(gone, timeout=30, what="the kubelet to exit")
+    realnode("up")

@@ -22,11 +22,10 @@ import kopf
 from ..api import metrics
 from ..api.kube import JobGone, Kube
 from ..decide import pacing, progress_report, reconcile
-from ..decide.conditions import progress_only
+from ..decide.conditions import format_time, progress_only
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
-from ..manifests import builders, job_configmap, netpol, progress_pod
-from ..model import constants as c
+from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_pod
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
 from . import claims, kueue_steps, owned_steps, stalls
@@ -41,7 +40,6 @@ MAX_BACKOFF = 60.0
 # A status write that only moves the worker counts waits this long after the previous write:
 # a job of 512 workers coming up made 58 writes (each echoed back as a watch event) without it.
 PROGRESS_INTERVAL = 1.0
-FINISHED = {c.FINISHED_ANNOTATION: "true"}  # what lets an in-place pod end
 REQUESTED_TTL = 10.0  # seconds a created pod may take to show in the watch before it is re-asked
 
 
@@ -272,14 +270,12 @@ class JobRunner:
         if plan.tell and not await claims.give_env(self.kube, job, plan.attempt, legacy):
             self.wake.set()  # gone meanwhile: the next pass creates it, then tells
             plan.tell = []
-        attempt = {c.ATTEMPT_ANNOTATION: str(plan.attempt)}
+        when = format_time(datetime.now(UTC))
+        marks = [(p, inplace_pod.told(plan.attempt, when, p.restarted)) for p in plan.tell]
+        marks += [(p, inplace_pod.FINISHED) for p in plan.finish_pods]  # the watches end
         await all_steps(
-            (f"{what} pod {p.name}", self.kube.annotate_pod(job.namespace, p.name, p.uid, marks))
-            for pods, marks, what in (
-                (plan.tell, attempt, f"giving attempt {plan.attempt} to"),
-                (plan.finish_pods, FINISHED, "letting end"),  # the watch containers end
-            )
-            for p in pods
+            (f"annotating pod {p.name}", self.kube.annotate_pod(job.namespace, p.name, p.uid, m))
+            for p, m in marks
         )
         created = bool(plan.create) and await self.create(job, plan, legacy)
         if not record_first:

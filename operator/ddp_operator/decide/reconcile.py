@@ -13,15 +13,16 @@ from typing import Any
 
 from ..manifests.builders import worker_name
 from ..model import constants as c
-from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from . import (
+    creation,
     elastic,
     failure_facts,
     failure_policy,
     hangs,
     inplace,
+    inplace_fallback,
     kueue,
     obstacles,
     outcomes,
@@ -77,7 +78,7 @@ def plan(
     conds = Conditions(status.get("conditions") or [], now, generation)
     if refused:
         conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", refused, WARNING)
-    in_place = inplace.settle(conds, job, pods)
+    in_place = inplace_fallback.settle(conds, job, pods)
     replacing = elastic.pending(status, pods, attempt)
     current = {
         p.index: p
@@ -183,7 +184,7 @@ def plan(
         return stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
     excused = {*kueue.not_failures(evicted, attempt)}
     excused |= {(worker_name(job, i), attempt) for i in replacing}
-    excused |= {(p.name, attempt) for p in inplace.rebuilt(pods, in_place)}
+    excused |= {(p.name, attempt) for p in inplace_fallback.rebuilt(pods, in_place)}
     # An elastic job's Created counts workers before spec.nodes changed: only those seen vanish.
     created = conds.true(c.COND_CREATED) and not job.scalable
     facts = failure_facts.collect(job, current, created, seen, attempt, excused, last)
@@ -196,42 +197,26 @@ def plan(
     if facts or stuck:
         failed = [f.index for f in facts]
         alone = elastic.not_alone(job, failed, current, stuck)
-        verdict = failure_policy.decide(
-            job, facts + failure_facts.stuck(stuck), failure_policy.Counts.of(new), alone
+        facts += failure_facts.stuck(stuck)
+        verdict = failure_policy.decide(job, facts, failure_policy.Counts.of(new), alone)
+        response = recovery.respond(
+            job, verdict, conds, new, attempt, current, pods, failed, replacing, stuck, in_place
         )
-        if verdict.action == fp.FAIL_JOB:
-            failure_policy.record(new, verdict, attempt, in_place=False)
+        if response.fails:
             return stop(False, verdict.reason, verdict.message)
-        if verdict.action == fp.REPLACE_WORKER:
-            failure_policy.record(new, verdict, attempt, in_place=False)
-            going = elastic.replace(conds, new, failed, current, replacing, verdict.message)
-        else:
-            obstacle = inplace.obstacle(job, current, stuck, in_place)
-            decision = recovery.decide(job, verdict, obstacle)
-            failure_policy.record(new, verdict, attempt, decision.action == recovery.IN_PLACE)
-            new["replacing"] = []
-            recovery.restarting(conds, decision)
-            if decision.action == recovery.IN_PLACE:  # the status first, then the pods are told
-                result.tell = inplace.to_tell(current.values(), attempt + 1)
-                return finish(result)
-            new["workers"] = _counts([])
-            result.delete = [p for p in pods if not p.deleting]
+        if response.restarts:
+            result.tell, result.delete = response.tell, response.delete
             return finish(result)
+        going = response.going
 
-    # 7. Remove what does not belong to this attempt. Create what is missing once no pod of an
-    #    earlier attempt is left (a worker of a new group could meet a still-running process of
-    #    the old one at the master's address, and the two would train together; seen in real
-    #    containers) and unless a pod of that name exists (a foreign one: reported).
+    # 7. Remove what does not belong to this attempt; tell the attempt to in-place pods behind
+    #    (``inplace``); create what is missing (``creation``).
     result.delete = [p for p in stale if not p.deleting] + going
     result.tell = inplace.to_tell(current.values(), attempt)
-    result.recheck_in(inplace.recheck(current.values(), attempt, inplace.limit(job)))
-    taken = {p.name for p in observed}
-    missing = {worker_name(job, i): i for i in range(job.nodes) if i not in current}
-    # A pod replaced alone, or past spec.nodes (scaled down), keeps no other worker waiting.
-    waits = [p for p in stale if not elastic.apart(p, job, attempt, replacing)]
-    result.create = [] if waits else [i for name, i in missing.items() if name not in taken]
-    conflict = obstacles.conflict(job, [p for p in foreign if p.name in missing])
-    if conflict:
+    result.recheck_in(inplace.recheck(current.values(), attempt, status, now, inplace.limit(job)))
+    result.create = creation.to_create(job, current, stale, observed, attempt, replacing)
+    missing = creation.missing(job, current)
+    if conflict := obstacles.conflict(job, [p for p in foreign if p.name in missing]):
         blockers.append(conflict)
     # Set by the pass that creates the pods, or that first sees them (its status is written
     # once the watch shows them: that pass, or an operator that took over, may be the first).
@@ -240,25 +225,7 @@ def plan(
         if job.active_deadline_seconds is not None:
             result.requeue_after = float(job.active_deadline_seconds)
     live = [p for p in current.values() if not p.deleting]
-    if len(live) == job.nodes:
-        if not conds.true(c.COND_CREATED):
-            conds.set(
-                c.COND_CREATED,
-                True,
-                "WorkersCreated",
-                f"created {job.nodes} workers (attempt {attempt})",
-                NORMAL,
-            )
-    elif stale:
-        names = ", ".join(sorted(p.name for p in stale)[:3])
-        conds.set(
-            c.COND_CREATED,
-            False,
-            "PreviousPodsTerminating",
-            f"waiting for {len(stale)} pods of an earlier attempt to go ({names})",
-        )
-    else:
-        conds.set(c.COND_CREATED, False, "Creating", f"{len(live)} of {job.nodes} workers exist")
+    creation.report(conds, job, live, stale, attempt)
 
     # 8. What keeps workers from starting, in the scheduler's, Kueue's and the kubelet's words.
     startup.report(conds, live, job.nodes, job.gang)

@@ -1,13 +1,18 @@
-"""How a group restarts, once ``failure_policy`` decided that it does: in place where it can
-(``IN_PLACE``: the same pods restart their containers, see ``inplace``), else by deleting every
-pod and creating them again (``RECREATE``). Pure."""
+"""What the job does about an attempt's failures, once ``failure_policy`` gave its verdict:
+fail, replace the failed workers alone (``elastic``), or restart the group, in place where it
+can (``IN_PLACE``: the same pods restart their containers, see ``inplace``), else by deleting
+every pod and creating them again (``RECREATE``). Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..model import constants as c
+from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
+from ..model.workers import WorkerPod
+from . import elastic, failure_policy, inplace
 from .conditions import WARNING, Conditions
 from .failure_policy import Verdict
 
@@ -23,6 +28,51 @@ class Decision:
     action: str
     reason: str
     message: str
+
+
+@dataclass
+class Response:
+    """What a pass does: fail the job (``fails``), restart the group (``restarts``: the pods to
+    ``tell`` in place, or to ``delete``), or replace workers alone (their pods ``going``)."""
+
+    fails: bool = False
+    restarts: bool = False
+    tell: list[WorkerPod] = field(default_factory=list)
+    delete: list[WorkerPod] = field(default_factory=list)
+    going: list[WorkerPod] = field(default_factory=list)
+
+
+def respond(
+    job: JobSpec,
+    verdict: Verdict,
+    conds: Conditions,
+    new: dict[str, Any],
+    attempt: int,
+    current: dict[int, WorkerPod],
+    pods: list[WorkerPod],
+    failed: list[int],
+    replacing: dict[int, str],
+    stuck: list[str],
+    in_place: bool,
+) -> Response:
+    """Carry out ``verdict`` in the status being written (``new``, ``conds``): ``failed``, the
+    failed workers' indices; ``stuck``, why a restart in place is stuck; ``in_place``, whether
+    the cluster can restart pods in place."""
+    if verdict.action == fp.FAIL_JOB:
+        failure_policy.record(new, verdict, attempt, in_place=False)
+        return Response(fails=True)
+    if verdict.action == fp.REPLACE_WORKER:
+        failure_policy.record(new, verdict, attempt, in_place=False)
+        going = elastic.replace(conds, new, failed, current, replacing, verdict.message)
+        return Response(going=going)
+    decision = decide(job, verdict, inplace.obstacle(job, current, stuck, in_place))
+    failure_policy.record(new, verdict, attempt, decision.action == IN_PLACE)
+    new["replacing"] = []
+    restarting(conds, decision)
+    if decision.action == IN_PLACE:  # the status first, then the pods are told
+        return Response(restarts=True, tell=inplace.to_tell(current.values(), attempt + 1))
+    new["workers"] = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    return Response(restarts=True, delete=[p for p in pods if not p.deleting])
 
 
 def decide(job: JobSpec, verdict: Verdict, obstacle: str | None) -> Decision:

@@ -23,8 +23,9 @@ volumes. The operator needs no credentials in the pod and no exec to use it:
   group. Once the job has finished, the operator sets ``ddp-operator.io/finished`` and the watch
   exits 0: the pod ends Succeeded or Failed, as its trainer did.
 
-The watch runs ``/bin/sh`` from the trainer's image (already on the node; no image of ours to
-pull), as nobody, and passes Pod Security ``restricted``.
+The watch runs ``/bin/sh`` and ``sleep`` from the trainer's image (already on the node; no image
+of ours to pull), as nobody, and passes Pod Security ``restricted``; an image without either is
+found (``inplace_fallback``) and the job falls back to Recreate.
 """
 
 from __future__ import annotations
@@ -36,14 +37,24 @@ from .job_configmap import attempt_env
 
 Manifest = dict[str, Any]
 
+FINISHED = {c.FINISHED_ANNOTATION: "true"}  # the job has finished: the watch exits 0
+
 ATTEMPT_DIR = "/ddp-attempt"  # the downward-API volume: the pod's two annotations
-# TERM ends it at once (sh as PID 1 would ignore it); an annotation not set reads as empty.
+# Shell builtins but ``sleep``, which is checked (exit WATCH_LACKS_EXIT_CODE, saying so, read as
+# a watch that cannot start: ``inplace_fallback``); a ``sleep`` without fractions (POSIX only
+# asks for whole seconds) naps a second. TERM ends it at once (sh as PID 1 would ignore it). An
+# annotation not set reads as empty: no attempt, never a new one.
 WATCH_SCRIPT = f"""trap 'exit 0' TERM
+command -v sleep >/dev/null 2>&1 || {{
+  echo "no sleep command in the trainer's image (PATH=$PATH)"; exit {c.WATCH_LACKS_EXIT_CODE}; }}
+nap=0.2
+sleep "$nap" 2>/dev/null || nap=1
 while :; do
-  read -r now < {ATTEMPT_DIR}/attempt
-  [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
+  now=
+  read -r now < {ATTEMPT_DIR}/attempt || :
+  [ -z "$now" ] || [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
   [ -s {ATTEMPT_DIR}/finished ] && exit 0
-  sleep 0.2
+  sleep "$nap"
 done
 """
 # Requests equal to limits keep a Guaranteed pod Guaranteed.
@@ -116,3 +127,14 @@ def make_in_place(pod: Manifest, trainer_at: int, attempt: int, configmap: str) 
     spec.setdefault("volumes", []).append(
         {"name": c.ATTEMPT_VOLUME, "downwardAPI": {"items": items}}
     )
+
+
+def told(attempt: int, when: str, restarts: int) -> dict[str, str]:
+    """The annotations that tell a pod its next attempt, with ``when`` (RFC 3339) and its
+    trainer's restart count then (``restarts``): the restart is timed from the first and seen
+    past the second (``decide.inplace``)."""
+    return {
+        c.ATTEMPT_ANNOTATION: str(attempt),
+        c.TOLD_AT_ANNOTATION: when,
+        c.TOLD_RESTARTS_ANNOTATION: str(restarts),
+    }

@@ -145,10 +145,14 @@ RESTART_RECREATE = "Recreate"
 # RestartAllContainers) once the pod's attempt moves on, or 0 once the job has finished.
 ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
 FINISHED_ANNOTATION = f"{GROUP}/finished"
+# Written with the attempt it gives a pod: when (RFC 3339), and its trainer's restart count then.
+TOLD_AT_ANNOTATION = f"{GROUP}/told-at"
+TOLD_RESTARTS_ANNOTATION = f"{GROUP}/restarts-when-told"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
 ATTEMPT_VOLUME = "ddp-attempt"
 RESTART_EXIT_CODE = 86
+WATCH_LACKS_EXIT_CODE = 127  # the watch found no command it needs in the trainer's image
 IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the feature gate a node declares
 # The kubelet begins an in-place restart within seconds (measured: 1-3 s); one that has not begun
 # this long after the operator asked for it is not coming (a kubelet without the feature).

@@ -122,9 +122,10 @@ def status_of(statuses: Any, name: str | None) -> Mapping[str, Any]:
     return next((s for s in statuses or () if s.get("name") == name), {})
 
 
-def cannot_start(cs: Mapping[str, Any]) -> str | None:
+def cannot_start(cs: Mapping[str, Any], lacks_exit_code: int | None = None) -> str | None:
     """Why a container cannot be started at all (its command cannot be run: the runtime's
-    StartError, then RunContainerError while it backs off), if so."""
+    StartError, then RunContainerError while it backs off; or, given ``lacks_exit_code``, it
+    exited with that code, saying what it lacks), if so."""
     state = cs.get("state") or {}
     waiting = state.get("waiting") or {}
     if waiting.get("reason") == "RunContainerError":
@@ -132,4 +133,15 @@ def cannot_start(cs: Mapping[str, Any]) -> str | None:
     for term in (state.get("terminated"), (cs.get("lastState") or {}).get("terminated")):
         if term and term.get("reason") == "StartError":
             return str(term.get("message") or term["reason"])
+        if term and lacks_exit_code is not None and term.get("exitCode") == lacks_exit_code:
+            return str(term.get("message") or f"exit code {lacks_exit_code}").strip()
+    return None
+
+
+def backing_off(cs: Mapping[str, Any]) -> str | None:
+    """The kubelet's words while a container waits out its crash-loop back-off, if it does (an
+    in-place restart never puts a pod's containers there; a container killed alone does)."""
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") == "CrashLoopBackOff":
+        return str(waiting.get("message") or waiting["reason"])
     return None

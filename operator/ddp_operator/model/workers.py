@@ -38,19 +38,23 @@ class WorkerPod:
     queue_managed: bool = False  # Kueue's webhook took the pod
     stopped: str | None = None  # why Kueue stopped (evicted) the pod
     unretriable: bool = False  # marked so that Kueue ends the group
-    # In-place pods (``inplace_pod``): the attempt the operator gave the pod (its annotation;
-    # None: the pod's own ``attempt``), how often its trainer and its watch were (re)started
-    # since the pod was created, and whether its trainer failed in that attempt (``exit_code``).
-    # Until the pod itself ends, ``phase`` is what its trainer's end of this attempt makes it.
+    # In-place pods (``inplace_pod``): the attempt the operator told the pod (its annotation;
+    # None: the pod's own ``attempt``), when, and its trainer's restart count then; how often its
+    # trainer and its watch were (re)started since the pod was created, and whether its trainer
+    # failed in the attempt (``exit_code``). Until the pod itself ends, ``phase`` is what its
+    # trainer's end of this attempt makes it.
     in_place: bool = False
     told: int | None = None
+    told_at: str | None = None
+    restart_pending: bool = False  # told, its trainer not restarted since (``_in_place``)
     restarted: int = 0
     reran: int = 0
     failed_in_place: bool = False
     watching: bool = False  # its watch runs: it can restart in place, whatever its trainer did
     finishing: bool = False  # told that the job has finished: its watch ends
     trainer_running: bool = False
-    watch_broken: str | None = None  # why its watch cannot start (no /bin/sh in the image)
+    watch_backoff: str | None = None  # its watch waits out the kubelet's crash-loop back-off
+    watch_broken: str | None = None  # why its watch cannot run (no /bin/sh or sleep in the image)
     env_configmap: str | None = None  # the ConfigMap its trainer reads VC_WORKER_HOSTS from
     # How it ended, beyond exit code, reason and message (``failure_facts``): the ending
     # container, when it ended, the pod's other True conditions (type, reason), its disruption.
@@ -63,11 +67,6 @@ class WorkerPod:
     def attempt_now(self) -> int:
         """The attempt the pod runs or is to run: the one given (in place), else its own."""
         return self.attempt if self.told is None else self.told
-
-    @property
-    def restarts_due(self) -> int:
-        """In-place restarts the pod owes for the attempts it was given since its creation."""
-        return self.attempt_now - self.attempt
 
 
 def controller(meta: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -98,30 +97,42 @@ def _in_place(
     if c.WATCH_CONTAINER not in [ct.get("name") for ct in spec.get("containers") or ()]:
         return {}
     try:
-        told = int((meta.get("annotations") or {})[c.ATTEMPT_ANNOTATION])
+        annotations = meta.get("annotations") or {}
+        told = int(annotations[c.ATTEMPT_ANNOTATION])
+        counted = annotations.get(c.TOLD_RESTARTS_ANNOTATION)
+        told_restarts = None if counted is None else int(counted)
         attempt = int((meta.get("labels") or {}).get(c.LABEL_ATTEMPT, "0"))
     except (KeyError, ValueError):
         return {}
     statuses = status.get("containerStatuses")
     cs, watch = ps.status_of(statuses, trainer), ps.status_of(statuses, c.WATCH_CONTAINER)
-    restarted, due = int(cs.get("restartCount") or 0), told - attempt
+    restarted = int(cs.get("restartCount") or 0)
+    # Its trainer's restart count has not moved past the count when it was told (told by an
+    # operator that wrote no count: it owes a restart per attempt told since its creation).
+    if told_restarts is not None:
+        pending = restarted <= told_restarts
+    else:
+        pending = restarted < told - attempt
     ended = (cs.get("state") or {}).get("terminated")
     watching = status.get("phase") == "Running" and "running" in (watch.get("state") or {})
     found: dict[str, Any] = {
         "in_place": True,
         "told": told,
+        "told_at": annotations.get(c.TOLD_AT_ANNOTATION),
+        "restart_pending": pending,
         "restarted": restarted,
         "reran": int(watch.get("restartCount") or 0),
         "watching": watching,
         "trainer_running": "running" in (cs.get("state") or {}),
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
-        "watch_broken": ps.cannot_start(watch),
+        "watch_broken": ps.cannot_start(watch, c.WATCH_LACKS_EXIT_CODE),
+        "watch_backoff": ps.backing_off(watch),
     }
     # This attempt's trainer ended while the watch runs (or ends, told that the job finished):
-    # the pod is to end. More restarts than attempts given are the kubelet's (a watch that
-    # started before its pod was told, or killed: ``inplace_pod``): the last run counts.
+    # the pod is to end. More restarts than tells are the kubelet's (a watch that started
+    # before its pod was told, or killed: ``inplace_pod``): the last run counts.
     live = status.get("phase") not in ("Succeeded", "Failed")
-    if live and ended and restarted >= due and (watching or found["finishing"]):
+    if live and ended and not pending and (watching or found["finishing"]):
         code = int(ended.get("exitCode") or 0)
         found.update(
             phase="Failed" if code else "Succeeded",

@@ -1,0 +1,206 @@
+"""In-place restarts (the default) under faults, in real containers on the real node: back-to-back
+failures and a worker failing while its group restarts, the operator SIGKILLed in the middle of
+a restart, the node's kubelet restarted in the middle of one. Each job ends Succeeded with the
+restarts its failures caused, its pods never recreated (the same UIDs), and every process of the
+last attempt says that attempt."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_realnode_jobs import assert_all_ranks
+
+from harness import jobs
+from harness.cluster import Cluster, wait_for
+from harness.operator import OperatorProcess
+from harness.realnode import kubectl_ddp, restart_kubelet, shell_job
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
+
+ATTEMPT = re.compile(r"ATTEMPT rank=(\d+) attempt=(\d+)")
+# The last attempt all-reduces, each process saying its attempt.
+TRAIN = """exec torchrun --no-python sh -c \\
+  'echo "ATTEMPT rank=$RANK attempt=$DDP_ATTEMPT"; exec python3 examples/scripts/allreduce.py'"""
+# A worker that only waits, deaf to SIGTERM (as a process stuck in a collective would be): the
+# kubelet kills it on a restart.
+WAITS = (
+    "exec python3 -c 'import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(600)'"
+)
+
+
+def _uids(cluster: Cluster, ns: str, job: str) -> list[str]:
+    return [p["metadata"]["uid"] for p in jobs.workers(cluster, ns, job)]
+
+
+def _trainer_restarts(cluster: Cluster, ns: str, job: str) -> list[int]:
+    pods = jobs.workers(cluster, ns, job)
+    return [
+        next(s for s in p["status"]["containerStatuses"] if s["name"] == "trainer")["restartCount"]
+        for p in pods
+    ]
+
+
+def _started(cluster: Cluster, ns: str, job: str) -> list[str]:
+    """The UIDs of both workers once each runs."""
+    return wait_for(
+        lambda: (
+            len(ps := jobs.workers(cluster, ns, job)) == 2
+            and all(p["status"].get("phase") == "Running" for p in ps)
+            and [p["metadata"]["uid"] for p in ps]
+        ),
+        timeout=120,
+        what="both workers running",
+    )
+
+
+def _restarts(cluster: Cluster, ns: str, job: str) -> int:
+    return int(((jobs.get(cluster, ns, job) or {}).get("status") or {}).get("restarts") or 0)
+
+
+def _succeeded_in_place(
+    cluster: Cluster, ns: str, job: str, uids: list[str], restarts: int
+) -> dict[str, Any]:
+    """The job Succeeded after ``restarts`` in-place restarts, with the pods it started with,
+    and every rank of the last attempt said it."""
+    done = jobs.wait_phase(cluster, ns, job, "Succeeded", timeout=300)
+    status = done["status"]
+    assert status["restarts"] == restarts == status["inPlaceRestarts"], status
+    assert status["countedRestarts"] == restarts, status
+    assert _uids(cluster, ns, job) == uids
+    assert not [e for e in jobs.events(cluster, ns, job) if e["reason"] == "WorkerFailed"]
+    logs = kubectl_ddp(cluster, "logs", job, "-n", ns)
+    assert_all_ranks(logs, 4)
+    assert sorted(ATTEMPT.findall(logs)) == [(str(r), str(restarts)) for r in range(4)], logs
+    return done
+
+
+@pytest.fixture
+def own_operator(cluster: Cluster, crd: str) -> Iterator[tuple[str, list[OperatorProcess]]]:
+    """A namespace of its own (not one the session's operator watches) and its operator, which
+    a test may kill and start again (the last one started is stopped at the end)."""
+    ns = f"ipf-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
+    ops = [OperatorProcess(cluster, ns).start()]
+    try:
+        ops[0].wait_ready()
+        yield ns, ops
+    finally:
+        ops[-1].stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def _told(cluster: Cluster, ns: str, job: str) -> list[str]:
+    """The attempt each worker was told (its annotation)."""
+    return [
+        p["metadata"]["annotations"]["ddp-operator.io/attempt"]
+        for p in jobs.workers(cluster, ns, job)
+    ]
+
+
+def test_back_to_back_failures_one_while_the_group_restarts(
+    cluster: Cluster, own_operator: tuple[str, list[OperatorProcess]], images: dict[str, str]
+) -> None:
+    """Worker 1 fails in attempt 0. Worker 0, told attempt 1 first, restarts and fails at once,
+    worker 1 not yet told (the operator paused meanwhile, so that it sees both at once). Worker 1
+    is told attempt 2 straight away: one restart takes it there (its count moved past the one
+    when told; counted from its creation it owed two, and the group was recreated after the
+    in-place timeout). Attempt 2 trains: two restarts, both in place."""
+    ns, ops = own_operator
+    script = f"""
+case "$DDP_ATTEMPT" in
+  0) if [ "$NODE_RANK" = 1 ]; then sleep 2; echo first; exit 3; fi; {WAITS} ;;
+  1) if [ "$NODE_RANK" = 0 ]; then echo second; exit 4; fi; {WAITS} ;;
+esac
+{TRAIN}
+"""
+    job = shell_job("b2b", ns, images["trainer"], script, procsPerNode=2, backoffLimit=3)
+    jobs.apply(cluster, job)
+    uids = _started(cluster, ns, "b2b")
+    wait_for(lambda: _told(cluster, ns, "b2b")[0] == "1", timeout=60, what="worker 0 told 1")
+    with ops[0].paused():
+        wait_for(
+            lambda: (
+                _trainer_restarts(cluster, ns, "b2b")[0] == 1
+                and _trainer_ended(cluster, ns, "b2b-worker-0") == 4
+            ),
+            timeout=60,
+            what="worker 0 restarted and failed in attempt 1",
+        )
+        assert _told(cluster, ns, "b2b") == ["1", "0"]
+    done = _succeeded_in_place(cluster, ns, "b2b", uids, 2)
+    first = done["status"]["firstFailure"]
+    assert (first["attempt"], first["worker"], first["exitCode"]) == (1, 0, 4), first
+    assert _trainer_restarts(cluster, ns, "b2b") == [2, 1]
+
+
+def _trainer_ended(cluster: Cluster, ns: str, pod: str) -> int | None:
+    """The exit code of the pod's trainer, if it has ended (and not restarted since)."""
+    status = cluster.core.read_namespaced_pod(pod, ns).status
+    trainer = next(s for s in status.container_statuses or () if s.name == "trainer")
+    ended = trainer.state.terminated
+    return None if ended is None else ended.exit_code
+
+
+def test_the_operator_killed_mid_restart_is_taken_over_and_the_restart_completes(
+    cluster: Cluster, own_operator: tuple[str, list[OperatorProcess]], images: dict[str, str]
+) -> None:
+    """Worker 1 fails; the operator records attempt 1 and tells worker 0, whose old trainer
+    ignores SIGTERM (5 s to be killed), and is SIGKILLed there, worker 1 not yet told. A new
+    operator finds the restart half-done and completes it: one restart, in place."""
+    ns, ops = own_operator
+    script = f"""
+if [ "$DDP_ATTEMPT" = 0 ]; then
+  if [ "$NODE_RANK" = 1 ]; then sleep 2; echo crash; exit 3; fi
+  {WAITS}
+fi
+{TRAIN}
+"""
+    job = shell_job("killed", ns, images["trainer"], script, procsPerNode=2, backoffLimit=1)
+    jobs.apply(cluster, job)
+    uids = _started(cluster, ns, "killed")
+    wait_for(lambda: _restarts(cluster, ns, "killed") == 1, timeout=60, what="attempt 1 decided")
+    ops[0].kill()
+    told = {
+        p["metadata"]["name"]: p["metadata"]["annotations"]["ddp-operator.io/attempt"]
+        for p in jobs.workers(cluster, ns, "killed")
+    }
+    assert told["killed-worker-1"] == "0", told  # waiting for worker 0's old trainer to end
+    ops.append(OperatorProcess(cluster, ns).start())
+    ops[-1].wait_ready()
+    _succeeded_in_place(cluster, ns, "killed", uids, 1)
+    assert _trainer_restarts(cluster, ns, "killed") == [1, 1]
+
+
+def test_the_kubelet_restarted_mid_restart_loses_nothing(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """Worker 1 fails; once worker 0 is told attempt 1 (its old trainer deaf to SIGTERM), the
+    node's kubelet is stopped and started again: the restart completes in place."""
+    script = f"""
+if [ "$DDP_ATTEMPT" = 0 ]; then
+  if [ "$NODE_RANK" = 1 ]; then sleep 2; echo crash; exit 3; fi
+  {WAITS}
+fi
+{TRAIN}
+"""
+    job = shell_job("kubelet", namespace, images["trainer"], script, procsPerNode=2, backoffLimit=1)
+    jobs.apply(cluster, job)
+    uids = _started(cluster, namespace, "kubelet")
+    wait_for(
+        lambda: (
+            next(
+                p["metadata"]["annotations"]["ddp-operator.io/attempt"]
+                for p in jobs.workers(cluster, namespace, "kubelet")
+            )
+            == "1"
+        ),
+        timeout=60,
+        what="worker 0 told attempt 1",
+    )
+    restart_kubelet()
+    _succeeded_in_place(cluster, namespace, "kubelet", uids, 1)
