@@ -94,10 +94,22 @@ def test_the_users_containers_and_rules_are_kept() -> None:
     assert not inplace_pod.carried(plain) and len(plain["spec"]["containers"]) == 1
 
 
-def _watch(root: Path, started_with: str, path: str | None = None) -> subprocess.Popen:
-    script = inplace_pod.WATCH_SCRIPT.replace(inplace_pod.ATTEMPT_DIR, str(root))
+def _watch(
+    root: Path,
+    started_with: str,
+    path: str | None = None,
+    release_after: int = 300,
+    proc: Path | None = None,
+    launcher: tuple[str, ...] = (),
+) -> subprocess.Popen:
+    """The watch script in a real ``sh``, its downward-API files in ``root`` and, given
+    ``proc``, a stand-in for the pod's process table there."""
+    script = inplace_pod.watch_script(release_after).replace(inplace_pod.ATTEMPT_DIR, str(root))
+    if proc is not None:
+        script = script.replace(f"{inplace_pod.PROC_DIR}/[0-9]", f"{proc}/[0-9]")
     env = {**os.environ, "DDP_ATTEMPT": started_with, "PATH": path or os.environ["PATH"]}
-    return subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    command = [*launcher, "/bin/sh", "-c", script]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
 
 
 def test_the_watch_exits_86_once_the_attempt_moves_on(tmp_path: Path) -> None:
@@ -171,3 +183,45 @@ def test_a_pod_is_told_its_attempt_with_when_and_its_trainers_restart_count() ->
         "ddp-operator.io/told-at": "2026-11-26T12:00:00Z",
         "ddp-operator.io/restarts-when-told": "5",
     }
+
+
+def test_the_watch_ends_alone_once_its_trainer_has_been_gone_a_while(tmp_path: Path) -> None:
+    """Without the operator: sharing the pod's process namespace, the watch sees only itself
+    and the sandbox (PID 1) once its trainer ended, and exits 0 after ``release_after``
+    seconds with no new attempt; the pod then ends as its trainer did, its devices free."""
+    (tmp_path / "attempt").write_text("0")
+    (tmp_path / "finished").write_text("")
+    proc = tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "4242").mkdir()  # the trainer
+    watch = _watch(tmp_path, "0", release_after=1, proc=proc)
+    time.sleep(2)
+    assert watch.poll() is None  # its trainer runs
+    (proc / "4242").rmdir()
+    assert watch.wait(timeout=10) == 0
+
+
+def test_a_watch_alone_in_its_process_namespace_never_ends_alone(tmp_path: Path) -> None:
+    """A template with ``shareProcessNamespace: false``: the watch is PID 1 and sees no
+    trainer, which it must not take for one that ended; it keeps the pod until told."""
+    (tmp_path / "attempt").write_text("0")
+    (tmp_path / "finished").write_text("")
+    alone = ("unshare", "--pid", "--fork", "--mount-proc")
+    watch = _watch(tmp_path, "0", release_after=1, launcher=alone)
+    time.sleep(2.5)
+    assert watch.poll() is None
+    (tmp_path / "attempt").write_text("1")
+    assert watch.wait(timeout=10) == 86
+
+
+def test_in_place_pods_share_their_process_namespace_unless_the_template_says_not() -> None:
+    assert pod()["spec"]["shareProcessNamespace"] is True
+    template = {"spec": {"shareProcessNamespace": False, "containers": [{"name": "trainer"}]}}
+    assert pod(template=template)["spec"]["shareProcessNamespace"] is False
+
+
+def test_the_shells_own_pid_survives_the_kubelets_expansion_of_the_command() -> None:
+    """The kubelet turns ``$$`` in a command into ``$`` (seen on the real node: the watch read
+    its PID as ``$`` and never ended alone); written ``$$$$``, the shell gets ``$$``."""
+    command = pod()["spec"]["containers"][-1]["command"][2]
+    assert command.replace("$$", "$") == inplace_pod.watch_script()

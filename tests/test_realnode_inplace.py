@@ -12,9 +12,19 @@ from typing import Any
 import pytest
 from test_realnode_jobs import assert_all_ranks
 
+from ddp_operator.manifests import inplace_pod
+
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import NODE, for_real_node, kubectl_ddp, shell_job, trainer_job
+from harness.realnode import (
+    NODE,
+    for_real_node,
+    kubectl_ddp,
+    pod_on_real_node,
+    shell_job,
+    trainer_job,
+    wait_pod_done,
+)
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600)]
@@ -205,3 +215,30 @@ def test_a_trainer_image_without_a_shell_falls_back_to_recreate_saying_why(
         lambda: jobs.get(cluster, namespace, "noshell")["status"].get("restarts") == 1,
         what="one restart counted",
     )
+
+
+def _bare_in_place_pod(name: str, image: str, script: str, release_after: int) -> dict[str, Any]:
+    """An in-place pod as the operator builds it, its trainer running ``script``, with no job
+    and no operator: what its watch does alone."""
+    pod = pod_on_real_node(name, image, ["sh", "-c", script])
+    pod["spec"]["containers"][0] |= {"name": "trainer", "imagePullPolicy": "IfNotPresent"}
+    inplace_pod.make_in_place(pod, 0, 0, "alone-env", release_after)
+    return pod
+
+
+def test_finished_pods_end_alone_and_free_their_devices_without_the_operator(
+    cluster: Cluster, namespace: str, images: dict[str, str]
+) -> None:
+    """With no operator to let them end, in-place pods whose trainer ended still end a little
+    after (here 3 s), as their trainer did: Succeeded, Failed. One whose trainer runs keeps
+    running, its watch with it."""
+    cm = {"metadata": {"name": "alone-env"}, "data": {"DDP_ATTEMPT": "0"}}
+    cluster.core.create_namespaced_config_map(namespace, cm)
+    for name, script in (("ok", "exit 0"), ("bad", "exit 3"), ("busy", "exec sleep 600")):
+        pod = _bare_in_place_pod(name, images["trainer"], script, 3)
+        cluster.core.create_namespaced_pod(namespace, pod)
+    assert wait_pod_done(cluster, namespace, "ok", timeout=120).status.phase == "Succeeded"
+    assert wait_pod_done(cluster, namespace, "bad", timeout=120).status.phase == "Failed"
+    busy = cluster.core.read_namespaced_pod("busy", namespace)
+    assert busy.status.phase == "Running" and busy.spec.share_process_namespace
+    assert all(s.state.running for s in busy.status.container_statuses), busy.status

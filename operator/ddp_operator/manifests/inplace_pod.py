@@ -21,7 +21,12 @@ volumes. The operator needs no credentials in the pod and no exec to use it:
   exit code on record: nothing restarts until the operator gives the pod its next attempt (a
   failed attempt never runs again), and a worker that finished can still be restarted with its
   group. Once the job has finished, the operator sets ``ddp-operator.io/finished`` and the watch
-  exits 0: the pod ends Succeeded or Failed, as its trainer did.
+  exits 0: the pod ends Succeeded or Failed, as its trainer did;
+* without the operator (down, or gone), a pod whose trainer ended still ends, and gives back its
+  devices: the pod's containers share one process namespace, and the watch exits 0 once its
+  trainer's processes (all but its own and the sandbox's) have been gone for
+  ``RELEASE_AFTER_SECONDS`` (300) with no new attempt. Its group, if it restarts later, is
+  recreated. A template that sets ``shareProcessNamespace: false`` keeps its pods until told.
 
 The watch runs ``/bin/sh`` and ``sleep`` from the trainer's image (already on the node; no image
 of ours to pull), as nobody, and passes Pod Security ``restricted``; an image without either is
@@ -40,23 +45,40 @@ Manifest = dict[str, Any]
 FINISHED = {c.FINISHED_ANNOTATION: "true"}  # the job has finished: the watch exits 0
 
 ATTEMPT_DIR = "/ddp-attempt"  # the downward-API volume: the pod's two annotations
-# Shell builtins but ``sleep``, which is checked (exit WATCH_LACKS_EXIT_CODE, saying so, read as
-# a watch that cannot start: ``inplace_fallback``); a ``sleep`` without fractions (POSIX only
-# asks for whole seconds) naps a second. TERM ends it at once (sh as PID 1 would ignore it). An
-# annotation not set reads as empty: no attempt, never a new one.
-WATCH_SCRIPT = f"""trap 'exit 0' TERM
+PROC_DIR = "/proc"  # the pod's processes, the watch sharing their namespace
+
+
+def watch_script(release_after: int = c.RELEASE_AFTER_SECONDS) -> str:
+    """What the watch runs: shell builtins but ``sleep``, which is checked (exit
+    WATCH_LACKS_EXIT_CODE, saying so: ``inplace_fallback``); a ``sleep`` without fractions (POSIX
+    only asks for whole seconds) naps a second. TERM ends it at once (sh as PID 1 would ignore
+    it). An annotation not set reads as empty: no attempt, never a new one. Sharing the pod's
+    process namespace (it is not PID 1 there), it exits 0 once no process but its own and the
+    sandbox's has run for ``release_after`` seconds: its trainer ended and no attempt came, and
+    the pod ends as its trainer did, without the operator."""
+    return f"""trap 'exit 0' TERM
 command -v sleep >/dev/null 2>&1 || {{
   echo "no sleep command in the trainer's image (PATH=$PATH)"; exit {c.WATCH_LACKS_EXIT_CODE}; }}
-nap=0.2
-sleep "$nap" 2>/dev/null || nap=1
+nap=0.2 ticks=5
+sleep "$nap" 2>/dev/null || {{ nap=1 ticks=1; }}
+hold=$(({release_after} * ticks)) idle=0
 while :; do
   now=
   read -r now < {ATTEMPT_DIR}/attempt || :
   [ -z "$now" ] || [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
   [ -s {ATTEMPT_DIR}/finished ] && exit 0
+  if [ "$$" != 1 ]; then
+    idle=$((idle + 1))
+    for d in {PROC_DIR}/[0-9]*; do
+      case "${{d##*/}}" in 1|"$$") ;; *) idle=0; break ;; esac
+    done
+    [ "$idle" -lt "$hold" ] || exit 0
+  fi
   sleep "$nap"
 done
 """
+
+
 # Requests equal to limits keep a Guaranteed pod Guaranteed.
 RESOURCES = {
     "requests": {"cpu": "20m", "memory": "32Mi"},
@@ -76,13 +98,21 @@ def _annotation(key: str) -> Manifest:
     return {"fieldPath": f"metadata.annotations['{key}']"}
 
 
-def watch_container(trainer: Manifest, configmap: str) -> Manifest:
+def _escaped(script: str) -> str:
+    """``script`` as a container's command carries it: the kubelet reads ``$$`` as an escaped
+    ``$`` (the syntax of ``$(VAR)`` references), so the shell's own ``$$`` is written twice."""
+    return script.replace("$$", "$$$$")
+
+
+def watch_container(
+    trainer: Manifest, configmap: str, release_after: int = c.RELEASE_AFTER_SECONDS
+) -> Manifest:
     """The container whose exit 86 restarts the pod in place."""
     return {
         "name": c.WATCH_CONTAINER,
         "image": trainer.get("image"),
         "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
-        "command": ["/bin/sh", "-c", WATCH_SCRIPT],
+        "command": ["/bin/sh", "-c", _escaped(watch_script(release_after))],
         "env": [attempt_env(configmap)],
         "resources": RESOURCES,
         "securityContext": SECURITY,
@@ -107,9 +137,16 @@ def carried(pod: Manifest) -> bool:
     return False
 
 
-def make_in_place(pod: Manifest, trainer_at: int, attempt: int, configmap: str) -> None:
+def make_in_place(
+    pod: Manifest,
+    trainer_at: int,
+    attempt: int,
+    configmap: str,
+    release_after: int = c.RELEASE_AFTER_SECONDS,
+) -> None:
     """Add to a worker pod (``trainer_at``: its trainer's index) what in-place restarts need;
-    ``configmap``: the job's, which says the attempt."""
+    ``configmap``: the job's, which says the attempt. The pod's containers share one process
+    namespace (unless the template says not to), so that the watch sees its trainer end."""
     meta, spec = pod["metadata"], pod["spec"]
     trainer = spec["containers"][trainer_at]
     annotations = meta.setdefault("annotations", {})
@@ -119,7 +156,8 @@ def make_in_place(pod: Manifest, trainer_at: int, attempt: int, configmap: str) 
         attempt_env(configmap) if e.get("name") == c.ENV_ATTEMPT else e
         for e in trainer.get("env") or []
     ]
-    spec["containers"].append(watch_container(trainer, configmap))
+    spec["containers"].append(watch_container(trainer, configmap, release_after))
+    spec.setdefault("shareProcessNamespace", True)
     items = [
         {"path": "attempt", "fieldRef": _annotation(c.ATTEMPT_ANNOTATION)},
         {"path": "finished", "fieldRef": _annotation(c.FINISHED_ANNOTATION)},

@@ -152,6 +152,8 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
 ATTEMPT_VOLUME = "ddp-attempt"
 RESTART_EXIT_CODE = 86
+# An in-place pod whose trainer ended, told nothing for this long, ends alone (``inplace_pod``).
+RELEASE_AFTER_SECONDS = 300
 WATCH_LACKS_EXIT_CODE = 127  # the watch found no command it needs in the trainer's image
 IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"  # the feature gate a node declares
 # The kubelet begins an in-place restart within seconds (measured: 1-3 s); one that has not begun
