@@ -128,8 +128,9 @@ class ProgressDesk:
         old = self._sent.get(key) or (runner.body.get("status") or {}).get("progress")
         patch = {"progress": progress_report.merge_patch(old, progress)}
         with contextlib.suppress(JobGone):
-            await self.kube.patch_status(*key, patch, verb="patch_progress")
+            version = await self.kube.patch_status(*key, patch, verb="patch_progress")
             self._sent[key] = progress
+            runner.version = version or runner.version  # its next write need not conflict
 
     def forget(self, key: Key) -> None:
         """The job is gone: drop what is kept of it."""

@@ -25,6 +25,7 @@ class Runners:
         self.isolation = True  # the operator's default for spec.network.isolation
         self.progress_url: str | None = None  # where worker pods report progress (None: off)
         self.on_forget: list[Callable[[Key], None]] = []  # told of every job that is gone
+        self.paused: Callable[[], bool] = lambda: False  # kopf's peering pauses this replica
         self.index = PodIndex(self.poke, self.gone)
         self._runners: dict[Key, JobRunner] = {}
         self._watches: dict[str, PodWatch] = {}  # by namespace ("": all)
@@ -84,8 +85,11 @@ class Runners:
         return [r.status.get("phase") or "Pending" for r in self._runners.values()]
 
     def observe(self, key: Key, body: Mapping[str, Any]) -> None:
-        """Start the job's loop, or hand it the newest body; a new UID replaces the loop."""
+        """Start the job's loop, or hand it the newest body; a new UID replaces the loop. Not
+        while paused (``standby``): an event kopf had queued before its pause is dropped."""
         assert self.kube is not None, "Runners.kube is set at operator start-up"
+        if self.paused():
+            return
         runner = self._runners.get(key)
         if runner is not None and runner.body["metadata"].get("uid") == body["metadata"].get("uid"):
             runner.update(body)
@@ -139,6 +143,18 @@ class Runners:
             self._unwatch(key[0])
         for forget in self.on_forget:
             forget(key)
+
+    async def pause(self) -> None:
+        """Another replica takes over (``standby``): stop every loop and watch, forgetting
+        what they knew (the jobs are taken up afresh on resume)."""
+        keys = list(self._runners)
+        await self.close()
+        self.index.forget("")  # every namespace's
+        for namespace in {key[0] for key in keys}:
+            self.owned_index.forget(namespace)
+        for key in keys:
+            for forget in self.on_forget:
+                forget(key)
 
     async def close(self) -> None:
         for key in list(self._runners):

@@ -13,14 +13,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from ..api import metrics
-from ..api.kube import JobGone, Kube
+from ..api.kube import JobGone, Kube, StatusConflict
 from ..decide import pacing, progress_report, reconcile
 from ..decide.conditions import format_time, progress_only
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
@@ -77,6 +77,9 @@ class JobRunner:
         self.progress_url = progress_url  # where its pods report progress (``progress_pod``)
         self.owned = owned  # its owned objects as watched (None: not kept, ``owned_steps``)
         self.memory = Memory(body.get("status"))
+        # The job's resourceVersion the loop last knew (its status writes are conditional on
+        # it: a replica acting on an older view cannot overwrite a newer status, ``standby``).
+        self.version: str | None = body["metadata"].get("resourceVersion")
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
         self.written = float("-inf")  # when the status was last written (monotonic)
@@ -91,12 +94,22 @@ class JobRunner:
         that differs in its training's progress only leaves the loop asleep, unless it is an
         attempt's first report (the loop then sets its stall clock: ``hangs``)."""
         old, self.body = self.body, slim(body)
+        self.version = body["metadata"].get("resourceVersion") or self.version
         first = progress_report.first_of_attempt(_progress(old), _progress(self.body))
         if progress_report.same_but_progress(old, self.body) and not first:
             return
         if self.memory.adopt(body.get("status")):
             log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
         self.wake.set()
+
+    async def reread(self) -> None:
+        """Take the job as it is now: its status replaces the one remembered (which a write
+        that was not ours, or one of another replica, made stale)."""
+        body = await self.kube.get_job(*self.key)
+        self.body = slim(body)
+        self.version = body["metadata"].get("resourceVersion")
+        self.memory.status = dict(body.get("status") or {})
+        self.due = None
 
     def gone(self, pod: WorkerPod) -> None:
         """One of the pods with the job's labels was deleted."""
@@ -142,6 +155,10 @@ class JobRunner:
             except JobGone as gone:  # the DELETED event may never come (namespace deleted)
                 log.info("%s: its loop ends", gone)
                 return
+            except StatusConflict as exc:  # decided from an older job: read it, decide again
+                log.info("%s: reading it again", exc)
+                await self.reread()
+                continue
             except Exception as exc:  # reported on the job, retried with backoff; never dies
                 failures += 1
                 backoff = min(MAX_BACKOFF, 0.5 * 2**failures)
@@ -270,13 +287,7 @@ class JobRunner:
         if plan.tell and not await claims.give_env(self.kube, job, plan.attempt, legacy):
             self.wake.set()  # gone meanwhile: the next pass creates it, then tells
             plan.tell = []
-        when = format_time(datetime.now(UTC))
-        marks = [(p, inplace_pod.told(plan.attempt, when, p.restarted)) for p in plan.tell]
-        marks += [(p, inplace_pod.FINISHED) for p in plan.finish_pods]  # the watches end
-        await all_steps(
-            (f"annotating pod {p.name}", self.kube.annotate_pod(job.namespace, p.name, p.uid, m))
-            for p, m in marks
-        )
+        await all_steps(self._marks(job, plan))
         created = bool(plan.create) and await self.create(job, plan, legacy)
         if not record_first:
             await self.record(plan, created)
@@ -285,6 +296,22 @@ class JobRunner:
         self.legacy_env = legacy
         if plan.delete_job:
             await self.kube.delete_job(job.namespace, job.name, job.uid)
+
+    def _marks(self, job: Any, plan: reconcile.Plan) -> Iterator[tuple[str, Awaitable[bool]]]:
+        """Tell the plan's pods its attempt (only those still at the attempt seen: ``standby``),
+        and let the plan's finished pods end (their watches exit)."""
+        when = format_time(datetime.now(UTC))
+        for p in plan.tell:
+            told = inplace_pod.told(plan.attempt, when, p.restarted)
+            yield (
+                f"giving attempt {plan.attempt} to pod {p.name}",
+                self.kube.tell_pod(job.namespace, p.name, p.uid, str(p.attempt_now), told),
+            )
+        for p in plan.finish_pods:
+            yield (
+                f"letting pod {p.name} end",
+                self.kube.annotate_pod(job.namespace, p.name, p.uid, inplace_pod.FINISHED),
+            )
 
     async def create(self, job: Any, plan: reconcile.Plan, legacy: bool = False) -> bool:
         """Create the plan's workers (and the Service they need; ``legacy``: a pod of the job
@@ -353,7 +380,7 @@ class JobRunner:
         elif now < hold:
             self.due = hold  # a pass then writes the latest status
         else:
-            await self.kube.patch_status(*self.key, changed)
+            self.version = await self.kube.patch_status(*self.key, changed, version=self.version)
             self.status.update(plan.status)
             self.written, self.due = time.monotonic(), None
         for event in plan.events:

@@ -32,6 +32,11 @@ class JobGone(Exception):
     """The DDPJob was deleted (its namespace may be gone too): its loop has nothing left to do."""
 
 
+class StatusConflict(Exception):
+    """The DDPJob changed since the version a status write was decided from (another replica,
+    or a user, wrote it meanwhile): the write did not happen."""
+
+
 def api_client(pool_size: int = 64) -> client.ApiClient:
     """An ApiClient for the in-cluster service account, else the kubeconfig (KUBECONFIG)."""
     cfg = client.Configuration()
@@ -355,22 +360,63 @@ class Kube:
         )
 
     async def patch_status(
-        self, namespace: str, name: str, status: Mapping[str, Any], verb: str = "patch_status"
-    ) -> None:
+        self,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        verb: str = "patch_status",
+        version: str | None = None,
+    ) -> str | None:
         """Merge-patch the DDPJob's status subresource (counted as ``verb``: the progress desk's
-        writes as ``patch_progress``); JobGone if the job no longer exists."""
+        writes as ``patch_progress``), and only if the job is still at resourceVersion
+        ``version``, if given (StatusConflict if not); JobGone if the job no longer exists.
+        Returns the job's new resourceVersion."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
+        path = _path(JOBS, name, namespace=namespace) + "/status"
         try:
-            await self._patch_status(namespace, name, status, verb)
+            data = await self._call(verb, "PATCH", path, body, MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                raise JobGone(f"ddpjob {namespace}/{name} no longer exists") from exc
+            if exc.status == CONFLICT and version:
+                raise StatusConflict(f"ddpjob {namespace}/{name} changed meanwhile") from exc
+            raise
+        return (json.loads(data).get("metadata") or {}).get("resourceVersion")
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        """The DDPJob as it is now; JobGone if it no longer exists."""
+        try:
+            data = await self._call("get_job", "GET", _path(JOBS, name, namespace=namespace))
         except ApiException as exc:
             if exc.status == NOT_FOUND:
                 raise JobGone(f"ddpjob {namespace}/{name} no longer exists") from exc
             raise
+        return json.loads(data)
 
-    async def _patch_status(
-        self, namespace: str, name: str, status: Mapping[str, Any], verb: str
-    ) -> None:
-        path = _path(JOBS, name, namespace=namespace) + "/status"
-        await self._call(verb, "PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+    async def tell_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        was: str,
+        annotations: Mapping[str, str],
+    ) -> bool:
+        """Set annotations on exactly this pod if its attempt annotation still reads ``was``
+        (a replica acting on an older view cannot move a pod's attempt back); False if the pod
+        is gone, was replaced or was told meanwhile (the next pass sees it anew)."""
+        key = c.ATTEMPT_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": f"/metadata/annotations/{key}", "value": was}
+        ]
+        if uid:
+            ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
+        for k, v in annotations.items():
+            escaped = k.replace("~", "~0").replace("/", "~1")
+            ops.append({"op": "add", "path": f"/metadata/annotations/{escaped}", "value": v})
+        gone = (NOT_FOUND, CONFLICT, UNPROCESSABLE)
+        return await self._on_pod("tell_pod", "PATCH", namespace, name, ops, JSON_PATCH, gone)
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the DDPJob itself (TTL); its children follow by garbage collection."""

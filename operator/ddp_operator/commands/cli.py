@@ -50,6 +50,14 @@ def parser() -> argparse.ArgumentParser:
         help="peering priority: the highest-priority replica is active",
     )
     run.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        metavar="SECONDS",
+        help="how long a replica that stopped announcing itself is taken for alive: a standby "
+        "takes over this long after the active replica is lost (default: 60, kopf's)",
+    )
+    run.add_argument(
         "--metrics-port",
         type=int,
         default=0,
@@ -95,6 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.progress_address and everywhere and not args.progress_url:
         top.error("--progress-url is needed: --progress-address listens on every interface")
     from ..act import handlers  # noqa: F401  (registers the handlers)
+    from ..act.standby import standby
+
+    if args.peering is not None:
+        try:
+            standby.capture()
+        except RuntimeError as exc:
+            top.error(str(exc))
 
     kopf.configure(
         verbose=args.verbose,
@@ -113,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         liveness_endpoint=args.liveness,
         memo=kopf.Memo(
             api_concurrency=args.api_concurrency,
+            peering_lifetime=args.peering_lifetime,
             metrics_port=args.metrics_port,
             clusterwide=args.all_namespaces,
             network_isolation=args.network_isolation,

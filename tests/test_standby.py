@@ -1,0 +1,164 @@
+"""A hot standby (``standby``): two replicas peered through kopf, the primary (priority 100) active
+and the standby (50) paused; the primary killed in the middle of an in-place restart, the standby
+takes over and acts; the primary comes back, the standby pauses and stops acting. A failure on
+each side: the job Succeeded with exactly the restarts its failures caused, its pods never
+created twice (the same UIDs, each scheduled once)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from kopf._core.engines import daemons
+from test_chart import render
+from test_realnode_inplace_faults import ATTEMPT, TRAIN, WAITS
+
+from ddp_operator.act.standby import Standby
+from ddp_operator.api.kube import Kube, StatusConflict
+
+from harness import jobs
+from harness.cluster import Cluster, wait_for
+from harness.operator import OperatorProcess
+from harness.realnode import kubectl_ddp, shell_job
+from jobs import ddpjob
+
+
+def test_kopfs_pause_is_taken_from_the_start_of_its_daemon_killer() -> None:
+    """What ``Standby.capture`` relies on in kopf: the daemon killer is handed the pause."""
+    assert "operator_paused" in inspect.signature(daemons.daemon_killer).parameters
+    original, standby = daemons.daemon_killer, Standby()
+    try:
+        standby.capture()
+        assert not standby.paused()
+
+        class Toggles:
+            def is_on(self) -> bool:
+                return True
+
+        killer = daemons.daemon_killer(settings=None, memories=None, operator_paused=Toggles())
+        killer.close()  # the original's coroutine, never run here
+        assert standby.paused()
+    finally:
+        daemons.daemon_killer = original
+
+
+PEERING = "ddp-ddp-operator"  # the chart's, for release "ddp"
+LIFETIME = "10"  # seconds: the standby takes over this long after the primary is lost
+
+
+@pytest.fixture
+def peered(cluster: Cluster, crd: str) -> Iterator[tuple[str, dict[str, OperatorProcess]]]:
+    """A namespace of its own with the chart's kopf peering (CRD and object), and a primary
+    and a standby operator watching it; the test may kill and start them."""
+    ns = f"sb-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
+    docs = render("standby.enabled=true", f"watchNamespaces={{{ns}}}")
+    peering = [d for d in docs if d["kind"] in ("CustomResourceDefinition", "KopfPeering")]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(peering))
+    ops = {"primary": replica(cluster, ns, 100), "standby": replica(cluster, ns, 50)}
+    try:
+        for op in ops.values():
+            op.wait_ready()
+        yield ns, ops
+    finally:
+        for op in ops.values():
+            op.stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def replica(cluster: Cluster, ns: str, priority: int) -> OperatorProcess:
+    args = ("--peering", PEERING, "--priority", str(priority), "--peering-lifetime", LIFETIME)
+    return OperatorProcess(cluster, ns, *args).start()
+
+
+def _restarts(cluster: Cluster, ns: str) -> int:
+    return int(((jobs.get(cluster, ns, "sb") or {}).get("status") or {}).get("restarts") or 0)
+
+
+DECIDED = re.compile(r"ddpjob \S+/sb: RestartingInPlace: .*\(restart (\d) of backoffLimit")
+
+
+def _decided(op: OperatorProcess) -> list[int]:
+    """The restarts this replica decided, from its log."""
+    return [int(n) for n in DECIDED.findall(op.output())]
+
+
+@pytest.mark.cluster
+@pytest.mark.node
+@pytest.mark.timeout(600)
+def test_a_standby_takes_over_mid_restart_and_gives_back_without_acting_twice(
+    cluster: Cluster, peered: tuple[str, dict[str, OperatorProcess]], images: dict[str, str]
+) -> None:
+    ns, ops = peered
+    wait_for(
+        lambda: "paused by peering" in ops["standby"].output(), timeout=60, what="standby paused"
+    )
+    # Attempt 0: worker 1 fails (the primary restarts the group; killed meanwhile). Attempt 1:
+    # worker 1 fails 25 s in (the standby, active by then). Attempt 2: worker 0 fails 25 s in
+    # (the primary, back). Attempt 3 trains.
+    script = f"""
+case "$DDP_ATTEMPT" in
+  0) if [ "$NODE_RANK" = 1 ]; then sleep 2; exit 3; fi; {WAITS} ;;
+  1) if [ "$NODE_RANK" = 1 ]; then sleep 25; exit 5; fi; {WAITS} ;;
+  2) if [ "$NODE_RANK" = 0 ]; then sleep 25; exit 6; fi; {WAITS} ;;
+esac
+{TRAIN}
+"""
+    job = shell_job("sb", ns, images["trainer"], script, procsPerNode=2, backoffLimit=3)
+    jobs.apply(cluster, job)
+    wait_for(lambda: _restarts(cluster, ns) == 1, timeout=120, what="attempt 1 decided")
+    ops["primary"].kill()
+    wait_for(lambda: _restarts(cluster, ns) == 2, timeout=120, what="attempt 2 decided")
+    assert _decided(ops["standby"]) == [2], ops["standby"].output()[-3000:]
+    ops["primary"] = replica(cluster, ns, 100)
+    ops["primary"].wait_ready()
+    wait_for(
+        lambda: "paused by peering" in ops["standby"].output().split("resumed by peering")[-1],
+        timeout=60,
+        what="the standby paused again",
+    )
+    done = jobs.wait_phase(cluster, ns, "sb", "Succeeded", timeout=300)
+    status = done["status"]
+    assert (status["restarts"], status["countedRestarts"], status["inPlaceRestarts"]) == (3, 3, 3)
+    assert _decided(ops["primary"]) == [3] and _decided(ops["standby"]) == [2]
+    pods = jobs.workers(cluster, ns, "sb")
+    scheduled = cluster.core.list_namespaced_event(ns, field_selector="reason=Scheduled").items
+    assert sorted(e.involved_object.name for e in scheduled) == ["sb-worker-0", "sb-worker-1"]
+    assert [p["metadata"]["labels"]["ddp-operator.io/attempt"] for p in pods] == ["0", "0"]
+    logs = kubectl_ddp(cluster, "logs", "sb", "-n", ns)
+    assert sorted(ATTEMPT.findall(logs)) == [(str(r), "3") for r in range(4)], logs
+
+
+@pytest.mark.cluster
+def test_a_write_from_an_older_view_is_refused(cluster: Cluster, quiet: str) -> None:
+    """What keeps a replica acting on an older view (its last writes landing after another's)
+    from undoing newer ones: a status write names the job's resourceVersion it was decided
+    from, and a tell the attempt the pod was seen at; either refused if the object moved on."""
+    kube = Kube(cluster.api)
+    jobs.apply(cluster, ddpjob("guarded", quiet, nodes=1))
+    seen = jobs.get(cluster, quiet, "guarded")["metadata"]["resourceVersion"]
+    newer = asyncio.run(kube.patch_status(quiet, "guarded", {"restarts": 1}, version=seen))
+    assert newer and newer != seen
+    with pytest.raises(StatusConflict):
+        asyncio.run(kube.patch_status(quiet, "guarded", {"restarts": 0}, version=seen))
+    assert jobs.get(cluster, quiet, "guarded")["status"]["restarts"] == 1
+    pod = {
+        "metadata": {"name": "told", "annotations": {"ddp-operator.io/attempt": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    uid = cluster.core.create_namespaced_pod(quiet, pod).metadata.uid
+    marks = {"ddp-operator.io/attempt": "0", "ddp-operator.io/told-at": "2026-11-26T12:00:00Z"}
+    assert not asyncio.run(kube.tell_pod(quiet, "told", uid, "0", marks))
+    assert asyncio.run(
+        kube.tell_pod(quiet, "told", uid, "1", {**marks, "ddp-operator.io/attempt": "2"})
+    )
+    annotations = cluster.core.read_namespaced_pod("told", quiet).metadata.annotations
+    assert (
+        annotations["ddp-operator.io/attempt"] == "2" and "ddp-operator.io/told-at" in annotations
+    )
