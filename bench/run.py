@@ -4,6 +4,7 @@ result; see bench/README.md for the scenarios.
 
     python bench/run.py [--quick] [--only ours,raw,...]      (make bench / make bench-quick)
     python bench/run.py [--quick] --s9-only [defaults,stall-off,recreate]   (S9 alone)
+    python bench/run.py --s7-only                                           (S7 alone)
 """
 
 from __future__ import annotations
@@ -132,6 +133,22 @@ def goodput_run(
         return goodput(reporting, quick, configs)
 
 
+def s7_alone(cluster: Cluster, pool: ThreadPoolExecutor) -> int:
+    """``--s7-only``: S7 alone; its figures in results/s7.json (the README's table and
+    latest.json stay as the last whole run left them) and a RESULT line of its keys."""
+    ours = Ours(cluster, pool)
+    if not available(ours):
+        log("S7 cannot run: no local real node (hack/cluster/realnode.sh)")
+        return 1
+    log(f"S7: recovery on the real node, {S7_RUNS} failures per restart strategy")
+    with ours.running():
+        s7 = recovery(ours, S7_RUNS) | elastic_recovery(ours, S7_RUNS)
+    (RESULTS / "s7.json").write_text(json.dumps(s7, indent=2) + "\n")
+    figures = {k: v for k, v in ratios({"runs": {}, "s7": s7}).items() if k.startswith("s7_")}
+    print(result_line(figures), flush=True)
+    return 0
+
+
 def s9_alone(
     cluster: Cluster, pool: ThreadPoolExecutor, quick: bool, configs: tuple[str, ...] | None
 ) -> int:
@@ -168,6 +185,7 @@ def main() -> int:
         help="run S9 (goodput, real node) alone, for these configurations, comma-separated "
         f"(of {', '.join(CONFIGS)}; default: the run's own: --quick's defaults, else all)",
     )
+    parser.add_argument("--s7-only", action="store_true", help="run S7 (recovery, real node) alone")
     args = parser.parse_args()
     s9_configs = tuple(w for w in (args.s9_only or "").split(",") if w) or None
     if unknown := set(s9_configs or ()) - set(CONFIGS):
@@ -189,6 +207,8 @@ def main() -> int:
     pool = ThreadPoolExecutor(CONCURRENCY)
     if args.s9_only is not None:
         return s9_alone(cluster, pool, args.quick, s9_configs)
+    if args.s7_only:
+        return s7_alone(cluster, pool)
     cluster.bench_nodes()
     res: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

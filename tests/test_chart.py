@@ -126,6 +126,22 @@ def test_standby_uses_kopf_peering_with_priorities() -> None:
     assert "--priority=50" in args["ddp-ddp-operator-standby"]
     assert all("--peering=ddp-ddp-operator" in a for a in args.values())
     assert any(d["kind"] == "ClusterKopfPeering" for d in docs)
+    # Two standbys of one priority would pause each other once the active one is gone.
+    refused = subprocess.run(
+        [
+            tool("helm"),
+            "template",
+            "ddp",
+            str(CHART),
+            "--set",
+            "standby.enabled=true",
+            "--set",
+            "standby.replicas=2",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0 and "/standby/replicas" in refused.stderr, refused.stderr
 
 
 def _sa_kubeconfig(cluster: Cluster, ns: str, sa: str, path: Path) -> Path:
@@ -312,7 +328,8 @@ def test_pods_it_may_not_list_block_the_job_saying_why_until_it_may(
         cluster.core.delete_namespace(ns, propagation_policy="Background")
 
 
-def test_progress_is_served_by_default_behind_a_service_of_the_active_replica() -> None:
+def test_progress_is_served_by_default_behind_a_service_of_the_ready_replica() -> None:
+    """The Service selects both replicas; a paused standby is not ready (``/readyz``)."""
     docs = render()
     args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -320,7 +337,11 @@ def test_progress_is_served_by_default_behind_a_service_of_the_active_replica() 
     assert "--progress-address=0.0.0.0:8090" in args
     assert "--progress-url=http://ddp-ddp-operator-progress.ddp-system.svc:8090" in args
     svc = next(d for d in docs if d["metadata"]["name"] == "ddp-ddp-operator-progress")
-    assert svc["spec"]["selector"]["ddp-operator.io/role"] == "active"
+    assert "ddp-operator.io/role" not in svc["spec"]["selector"]
+    standby = render("standby.enabled=true")
+    for deploy in (d for d in standby if d["kind"] == "Deployment"):
+        probe = deploy["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+        assert probe["httpGet"] == {"path": "/readyz", "port": "progress"}
     assert svc["spec"]["ports"][0]["targetPort"] == "progress"
     reviews = [r for r in rules_of(docs) if "tokenreviews" in r["resources"]]
     assert [(r["apiGroups"], r["verbs"]) for r in reviews] == [

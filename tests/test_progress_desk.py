@@ -25,16 +25,18 @@ class Writes:
 
     async def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], verb: str = "patch_status"
-    ) -> None:
+    ) -> str:
         self.patches.append(status)
+        return str(len(self.patches))  # the job's new resourceVersion
 
 
 class Loop:
-    """What the desk reads of a job's loop: its body and status."""
+    """What the desk reads of a job's loop: its body and status (and, written, its version)."""
 
     def __init__(self) -> None:
         self.body: dict[str, Any] = {"metadata": {"uid": "job-uid"}, "status": {}}
         self.status: dict[str, Any] = {"restarts": 0}
+        self.version: str | None = "0"
 
 
 class Jobs:
@@ -48,11 +50,16 @@ class Jobs:
     def job(self, key: Any) -> Loop:
         return self.loop
 
+    def paused(self) -> bool:
+        return self.standby
+
+    standby = False  # a paused standby (``act/standby.py``)
+
 
 def test_a_flood_of_complete_reports_makes_two_writes_at_most(monkeypatch) -> None:
     monkeypatch.setattr(progress_desk, "WRITE_EVERY", 1.0)
-    writes = Writes()
-    desk = ProgressDesk(writes, Jobs())  # type: ignore[arg-type]
+    writes, jobs = Writes(), Jobs()
+    desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
 
     async def flood() -> list[int]:
         codes = [(await desk.accept(*KEY, SENDER, {"step": 5, "total": 10}))[0]]
@@ -68,4 +75,14 @@ def test_a_flood_of_complete_reports_makes_two_writes_at_most(monkeypatch) -> No
     steps = [p["progress"]["step"] for p in writes.patches]
     assert steps == [5, 10, 10], steps  # the first, the first complete one at once, the latest
     assert writes.patches[-1]["progress"]["metrics"]["loss"] == 59.0
+    # The loop's next status write is conditional on the version the desk's write made.
+    assert jobs.loop.version == "3"
     desk.forget(KEY)
+
+
+def test_a_paused_standby_sends_reports_away() -> None:
+    jobs = Jobs()
+    jobs.standby = True
+    desk = ProgressDesk(Writes(), jobs)  # type: ignore[arg-type]
+    code, why = asyncio.run(desk.accept(*KEY, SENDER, {"step": 1}))
+    assert code == 503 and "another replica is active" in why

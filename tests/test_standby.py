@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -23,7 +25,7 @@ from ddp_operator.api.kube import Kube, StatusConflict
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.operator import OperatorProcess
+from harness.operator import OperatorProcess, free_port
 from harness.realnode import kubectl_ddp, shell_job
 from jobs import ddpjob
 
@@ -52,7 +54,7 @@ LIFETIME = "10"  # seconds: the standby takes over this long after the primary i
 
 
 @pytest.fixture
-def peered(cluster: Cluster, crd: str) -> Iterator[tuple[str, dict[str, OperatorProcess]]]:
+def peered(cluster: Cluster, crd: str) -> Iterator[tuple[str, dict[str, Replica]]]:
     """A namespace of its own with the chart's kopf peering (CRD and object), and a primary
     and a standby operator watching it; the test may kill and start them."""
     ns = f"sb-{uuid.uuid4().hex[:6]}"
@@ -72,9 +74,30 @@ def peered(cluster: Cluster, crd: str) -> Iterator[tuple[str, dict[str, Operator
         cluster.core.delete_namespace(ns, propagation_policy="Background")
 
 
-def replica(cluster: Cluster, ns: str, priority: int) -> OperatorProcess:
-    args = ("--peering", PEERING, "--priority", str(priority), "--peering-lifetime", LIFETIME)
-    return OperatorProcess(cluster, ns, *args).start()
+class Replica(OperatorProcess):
+    """A peered replica, its progress endpoint on a port of its own."""
+
+    def __init__(self, cluster: Cluster, ns: str, priority: int) -> None:
+        port = free_port()
+        peering = ("--peering", PEERING, "--priority", str(priority))
+        lifetime = ("--peering-lifetime", LIFETIME, "--progress-address", f"127.0.0.1:{port}")
+        super().__init__(cluster, ns, *peering, *lifetime)
+        self.readyz = f"http://127.0.0.1:{port}/readyz"
+
+
+def replica(cluster: Cluster, ns: str, priority: int) -> Replica:
+    return Replica(cluster, ns, priority).start()  # type: ignore[return-value]
+
+
+def ready(op: Replica) -> bool:
+    """Whether the replica's progress endpoint says it takes reports (a Service's readiness)."""
+    try:
+        with urllib.request.urlopen(op.readyz, timeout=5) as answer:
+            return answer.status == 200
+    except urllib.error.HTTPError as refused:
+        if refused.code != 503:
+            raise
+        return False
 
 
 def _restarts(cluster: Cluster, ns: str) -> int:
@@ -84,7 +107,7 @@ def _restarts(cluster: Cluster, ns: str) -> int:
 DECIDED = re.compile(r"ddpjob \S+/sb: RestartingInPlace: .*\(restart (\d) of backoffLimit")
 
 
-def _decided(op: OperatorProcess) -> list[int]:
+def _decided(op: Replica) -> list[int]:
     """The restarts this replica decided, from its log."""
     return [int(n) for n in DECIDED.findall(op.output())]
 
@@ -93,12 +116,13 @@ def _decided(op: OperatorProcess) -> list[int]:
 @pytest.mark.node
 @pytest.mark.timeout(600)
 def test_a_standby_takes_over_mid_restart_and_gives_back_without_acting_twice(
-    cluster: Cluster, peered: tuple[str, dict[str, OperatorProcess]], images: dict[str, str]
+    cluster: Cluster, peered: tuple[str, dict[str, Replica]], images: dict[str, str]
 ) -> None:
     ns, ops = peered
     wait_for(
         lambda: "paused by peering" in ops["standby"].output(), timeout=60, what="standby paused"
     )
+    assert ready(ops["primary"]) and not ready(ops["standby"])
     # Attempt 0: worker 1 fails (the primary restarts the group; killed meanwhile). Attempt 1:
     # worker 1 fails 25 s in (the standby, active by then). Attempt 2: worker 0 fails 25 s in
     # (the primary, back). Attempt 3 trains.
@@ -116,6 +140,7 @@ esac
     ops["primary"].kill()
     wait_for(lambda: _restarts(cluster, ns) == 2, timeout=120, what="attempt 2 decided")
     assert _decided(ops["standby"]) == [2], ops["standby"].output()[-3000:]
+    assert ready(ops["standby"])
     ops["primary"] = replica(cluster, ns, 100)
     ops["primary"].wait_ready()
     wait_for(
@@ -123,6 +148,7 @@ esac
         timeout=60,
         what="the standby paused again",
     )
+    assert ready(ops["primary"]) and not ready(ops["standby"])
     done = jobs.wait_phase(cluster, ns, "sb", "Succeeded", timeout=300)
     status = done["status"]
     assert (status["restarts"], status["countedRestarts"], status["inPlaceRestarts"]) == (3, 3, 3)

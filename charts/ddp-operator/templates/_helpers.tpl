@@ -80,6 +80,11 @@ containers:
   {{- if .root.Values.progress.enabled }}
   - {name: progress, containerPort: {{ .root.Values.progress.port }}}
   {{- end }}
+  {{- if .root.Values.progress.enabled }}
+  readinessProbe:  # a paused standby is not ready: progress reports go to the active replica
+    httpGet: {path: /readyz, port: progress}
+    periodSeconds: 5
+  {{- end }}
   livenessProbe:
     httpGet: {path: /healthz, port: healthz}
     initialDelaySeconds: 10

@@ -67,7 +67,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         runners.progress_url = memo.get("progress_url")
         reviewer = TokenReviewer(runners.kube)
         memo.progress_server = await progress_server.serve(
-            memo["progress_address"], reviewer, desk.accept
+            memo["progress_address"], reviewer, desk.accept, lambda: not standby.paused()
         )
     runners.paused = standby.paused
     memo.standby = asyncio.create_task(standby.follow(runners.pause), name="standby")

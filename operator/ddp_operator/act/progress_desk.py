@@ -63,6 +63,8 @@ class ProgressDesk:
     ) -> tuple[int, str]:
         """Answer one report: 202 once taken, else the HTTP status and why."""
         key = (namespace, name)
+        if self.runners.paused():  # sent here before the Service saw this replica not ready
+            return 503, "a standby: another replica is active; retry"
         refused = self.refusal(key, sender)
         if refused:
             metrics.PROGRESS_REPORTS.labels("refused").inc()

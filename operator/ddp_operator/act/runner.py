@@ -22,13 +22,14 @@ import kopf
 from ..api import metrics
 from ..api.kube import JobGone, Kube, StatusConflict
 from ..decide import pacing, progress_report, reconcile
-from ..decide.conditions import format_time, progress_only
+from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
 from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_pod
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
 from . import claims, kueue_steps, owned_steps, stalls
+from .status_writer import StatusWriter
 from .steps import all_steps
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,6 @@ Key = tuple[str, str]
 PodSource = Callable[[Key], Awaitable[list[WorkerPod]]]
 
 MAX_BACKOFF = 60.0
-# A status write that only moves the worker counts waits this long after the previous write:
-# a job of 512 workers coming up made 58 writes (each echoed back as a watch event) without it.
-PROGRESS_INTERVAL = 1.0
 REQUESTED_TTL = 10.0  # seconds a created pod may take to show in the watch before it is re-asked
 
 
@@ -77,13 +75,10 @@ class JobRunner:
         self.progress_url = progress_url  # where its pods report progress (``progress_pod``)
         self.owned = owned  # its owned objects as watched (None: not kept, ``owned_steps``)
         self.memory = Memory(body.get("status"))
-        # The job's resourceVersion the loop last knew (its status writes are conditional on
-        # it: a replica acting on an older view cannot overwrite a newer status, ``standby``).
-        self.version: str | None = body["metadata"].get("resourceVersion")
+        version = body["metadata"].get("resourceVersion")
+        self.writer = StatusWriter(kube, key, self.memory, version)
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
-        self.written = float("-inf")  # when the status was last written (monotonic)
-        self.due: float | None = None  # when a held-back progress write is due
         self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
         self.legacy_env = False  # a pod of the job read the legacy ConfigMap (``job_configmap``)
         self.wake = asyncio.Event()
@@ -98,18 +93,22 @@ class JobRunner:
         first = progress_report.first_of_attempt(_progress(old), _progress(self.body))
         if progress_report.same_but_progress(old, self.body) and not first:
             return
-        if self.memory.adopt(body.get("status")):
+        if self.memory.adopt(body.get("status")) and not self.writer.writing:
             log.info("ddpjob %s/%s: took the status another operator wrote", *self.key)
         self.wake.set()
 
     async def reread(self) -> None:
-        """Take the job as it is now: its status replaces the one remembered (which a write
-        that was not ours, or one of another replica, made stale)."""
-        body = await self.kube.get_job(*self.key)
-        self.body = slim(body)
-        self.version = body["metadata"].get("resourceVersion")
-        self.memory.status = dict(body.get("status") or {})
-        self.due = None
+        """Take the job as it is now (``StatusWriter.reread``)."""
+        self.body = slim(await self.writer.reread())
+
+    @property
+    def version(self) -> str | None:
+        """The job's resourceVersion the loop last knew: its status writes are conditional on it."""
+        return self.writer.version
+
+    @version.setter
+    def version(self, value: str | None) -> None:
+        self.writer.version = value
 
     def gone(self, pod: WorkerPod) -> None:
         """One of the pods with the job's labels was deleted."""
@@ -254,8 +253,8 @@ class JobRunner:
             )
         await self.execute(job, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-        if self.due is not None:  # a held-back progress write
-            plan.recheck_in(max(0.0, self.due - time.monotonic()))
+        if self.writer.due is not None:  # a held-back progress write
+            plan.recheck_in(max(0.0, self.writer.due - time.monotonic()))
         return plan.requeue_after
 
     async def execute(self, job: Any, plan: reconcile.Plan) -> None:
@@ -354,35 +353,5 @@ class JobRunner:
         return self.memory.attempt
 
     async def record(self, plan: reconcile.Plan, created: bool = False) -> None:
-        """Write what changed in the status, then post the plan's Events. Progress waits until
-        PROGRESS_INTERVAL after the last write, and so does a status without Events that
-        follows new pods (``created``): the watch shows them within it, and the next pass
-        writes a status that counts them; either way a timed pass writes it."""
-        if plan.attempt > self.attempt:
-            metrics.GROUP_RESTARTS.inc()
-            if plan.tell:
-                metrics.IN_PLACE_RESTARTS.inc()
-        replaced = int(plan.status.get("replacements") or 0) - int(
-            self.status.get("replacements") or 0
-        )
-        if replaced > 0:
-            metrics.REPLACEMENTS.inc(replaced)
-        first = plan.status.get("firstFailure")
-        if first and first != self.status.get("firstFailure"):
-            metrics.FAILURES.labels(first.get("reason", ""), first.get("action", "")).inc()
-        changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
-        now = time.monotonic()
-        hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written
-        if progress_only(self.status, plan.status):
-            hold = max(hold, self.written + PROGRESS_INTERVAL)
-        if not changed:
-            self.due = None
-        elif now < hold:
-            self.due = hold  # a pass then writes the latest status
-        else:
-            self.version = await self.kube.patch_status(*self.key, changed, version=self.version)
-            self.status.update(plan.status)
-            self.written, self.due = time.monotonic(), None
-        for event in plan.events:
-            log.info("ddpjob %s/%s: %s: %s", *self.key, event.reason, event.message)
-            kopf.event(self.body, type=event.type, reason=event.reason, message=event.message)
+        """Write the plan's status and post its Events (``status_writer``)."""
+        await self.writer.write(plan, self.body, created)

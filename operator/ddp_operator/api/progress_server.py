@@ -85,9 +85,18 @@ class TokenReviewer:
 Accept = Callable[[str, str, Sender, Any], Awaitable[tuple[int, str]]]
 
 
-def app(reviewer: TokenReviewer, accept: Accept) -> web.Application:
+def app(
+    reviewer: TokenReviewer, accept: Accept, ready: Callable[[], bool] = lambda: True
+) -> web.Application:
     """The endpoint: a report's sender reviewed, then ``accept(namespace, job, sender,
-    payload)`` answers with an HTTP status and a message."""
+    payload)`` answers with an HTTP status and a message. ``/readyz`` answers 200 while this
+    replica takes reports (``ready``: not a paused standby), else 503, for a Service to send
+    them to the active replica only."""
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="a standby: another replica is active\n")
 
     async def post(request: web.Request) -> web.Response:
         auth = request.headers.get("Authorization", "")
@@ -109,13 +118,16 @@ def app(reviewer: TokenReviewer, accept: Accept) -> web.Application:
 
     application = web.Application(client_max_size=MAX_BODY)
     application.router.add_post(ROUTE, post)
+    application.router.add_get("/readyz", readyz)
     return application
 
 
-async def serve(address: str, reviewer: TokenReviewer, accept: Accept) -> web.AppRunner:
+async def serve(
+    address: str, reviewer: TokenReviewer, accept: Accept, ready: Callable[[], bool] = lambda: True
+) -> web.AppRunner:
     """Serve the endpoint on ``address`` (host:port) until the runner is cleaned up."""
     host, _, port = address.rpartition(":")
-    runner = web.AppRunner(app(reviewer, accept), access_log=None)
+    runner = web.AppRunner(app(reviewer, accept, ready), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
     return runner
