@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -128,10 +128,9 @@ class Waited:
     exit_seen: float | None = None  # time.monotonic() when that exit was first seen
 
 
-def wait_pod(api: client.CoreV1Api, name: str, done: Callable[[Pod], bool], since: str) -> Waited:
-    """Watch pod ``name`` from resourceVersion ``since`` until ``done`` holds of it. A watch the
-    API server ends is taken up again from its last event."""
-    waited = Waited()
+def pod_events(api: client.CoreV1Api, name: str, since: str) -> Iterator[tuple[str, Pod]]:
+    """The events of pod ``name`` from resourceVersion ``since`` (type, pod), for TIMEOUT
+    seconds at most; a watch the API server ends is taken up again from its last event."""
     deadline = time.monotonic() + TIMEOUT
     rv = since
     while (left := deadline - time.monotonic()) > 0:
@@ -146,20 +145,26 @@ def wait_pod(api: client.CoreV1Api, name: str, done: Callable[[Pod], bool], sinc
         ):
             if event["type"] == "ERROR":
                 raise RuntimeError(f"watch of pod {name}: {event['raw_object']}")
-            pod = event["object"]
-            rv = pod.metadata.resource_version
-            if event["type"] in ("BOOKMARK", "DELETED"):
-                continue
-            waited.pod = pod
-            for line in describe(pod):
-                if line not in waited.seen:
-                    waited.seen.append(line)
-            if waited.exited is None and (exited := watch_exit(pod)):
-                waited.exited, waited.exit_seen = exited, time.monotonic()
-            if done(pod):
-                w.stop()
-                return waited
-    raise TimeoutError(f"pod {name}: not done in {TIMEOUT:.0f} s; saw {waited.seen}")
+            rv = event["object"].metadata.resource_version
+            yield event["type"], event["object"]
+    raise TimeoutError(f"pod {name}: nothing awaited came in {TIMEOUT:.0f} s")
+
+
+def wait_pod(api: client.CoreV1Api, name: str, done: Callable[[Pod], bool], since: str) -> Waited:
+    """Watch pod ``name`` from resourceVersion ``since`` until ``done`` holds of it."""
+    waited = Waited()
+    for kind, pod in pod_events(api, name, since):
+        if kind in ("BOOKMARK", "DELETED"):
+            continue
+        waited.pod = pod
+        for line in describe(pod):
+            if line not in waited.seen:
+                waited.seen.append(line)
+        if waited.exited is None and (exited := watch_exit(pod)):
+            waited.exited, waited.exit_seen = exited, time.monotonic()
+        if done(pod):
+            return waited
+    raise AssertionError("unreachable: pod_events raises when it runs out")
 
 
 def trainer_running(restarts: int) -> Callable[[Pod], bool]:
@@ -174,24 +179,9 @@ def trainer_running(restarts: int) -> Callable[[Pod], bool]:
 
 def wait_gone(api: client.CoreV1Api, name: str, since: str) -> None:
     """Wait until pod ``name`` is deleted (watched from ``since``)."""
-    deadline = time.monotonic() + TIMEOUT
-    rv = since
-    while (left := deadline - time.monotonic()) > 0:
-        w = watch.Watch()
-        for event in w.stream(
-            api.list_namespaced_pod,
-            NS,
-            field_selector=f"metadata.name={name}",
-            resource_version=rv,
-            timeout_seconds=max(1, int(left)),
-        ):
-            if event["type"] == "ERROR":
-                raise RuntimeError(f"watch of pod {name}: {event['raw_object']}")
-            if event["type"] == "DELETED":
-                w.stop()
-                return
-            rv = event["object"].metadata.resource_version
-    raise TimeoutError(f"pod {name}: not deleted in {TIMEOUT:.0f} s")
+    for kind, _ in pod_events(api, name, since):
+        if kind == "DELETED":
+            return
 
 
 def in_place_restarts(api: client.CoreV1Api, image: str, restarts: int) -> list[Manifest]:

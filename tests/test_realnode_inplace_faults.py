@@ -30,6 +30,14 @@ TRAIN = """exec torchrun --no-python sh -c \\
 WAITS = (
     "exec python3 -c 'import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(600)'"
 )
+# Worker 1 fails in attempt 0, worker 0 waits there; attempt 1 trains.
+ONE_FAILURE = f"""
+if [ "$DDP_ATTEMPT" = 0 ]; then
+  if [ "$NODE_RANK" = 1 ]; then sleep 2; echo crash; exit 3; fi
+  {WAITS}
+fi
+{TRAIN}
+"""
 
 
 def _uids(cluster: Cluster, ns: str, job: str) -> list[str]:
@@ -153,23 +161,13 @@ def test_the_operator_killed_mid_restart_is_taken_over_and_the_restart_completes
     ignores SIGTERM (5 s to be killed), and is SIGKILLed there, worker 1 not yet told. A new
     operator finds the restart half-done and completes it: one restart, in place."""
     ns, ops = own_operator
-    script = f"""
-if [ "$DDP_ATTEMPT" = 0 ]; then
-  if [ "$NODE_RANK" = 1 ]; then sleep 2; echo crash; exit 3; fi
-  {WAITS}
-fi
-{TRAIN}
-"""
-    job = shell_job("killed", ns, images["trainer"], script, procsPerNode=2, backoffLimit=1)
+    job = shell_job("killed", ns, images["trainer"], ONE_FAILURE, procsPerNode=2, backoffLimit=1)
     jobs.apply(cluster, job)
     uids = _started(cluster, ns, "killed")
     wait_for(lambda: _restarts(cluster, ns, "killed") == 1, timeout=60, what="attempt 1 decided")
     ops[0].kill()
-    told = {
-        p["metadata"]["name"]: p["metadata"]["annotations"]["ddp-operator.io/attempt"]
-        for p in jobs.workers(cluster, ns, "killed")
-    }
-    assert told["killed-worker-1"] == "0", told  # waiting for worker 0's old trainer to end
+    # Worker 1 not told yet: it waits for worker 0's old trainer to end.
+    assert _told(cluster, ns, "killed")[1] == "0"
     ops.append(OperatorProcess(cluster, ns).start())
     ops[-1].wait_ready()
     _succeeded_in_place(cluster, ns, "killed", uids, 1)
@@ -181,26 +179,12 @@ def test_the_kubelet_restarted_mid_restart_loses_nothing(
 ) -> None:
     """Worker 1 fails; once worker 0 is told attempt 1 (its old trainer deaf to SIGTERM), the
     node's kubelet is stopped and started again: the restart completes in place."""
-    script = f"""
-if [ "$DDP_ATTEMPT" = 0 ]; then
-  if [ "$NODE_RANK" = 1 ]; then sleep 2; echo crash; exit 3; fi
-  {WAITS}
-fi
-{TRAIN}
-"""
-    job = shell_job("kubelet", namespace, images["trainer"], script, procsPerNode=2, backoffLimit=1)
+    job = shell_job(
+        "kubelet", namespace, images["trainer"], ONE_FAILURE, procsPerNode=2, backoffLimit=1
+    )
     jobs.apply(cluster, job)
     uids = _started(cluster, namespace, "kubelet")
-    wait_for(
-        lambda: (
-            next(
-                p["metadata"]["annotations"]["ddp-operator.io/attempt"]
-                for p in jobs.workers(cluster, namespace, "kubelet")
-            )
-            == "1"
-        ),
-        timeout=60,
-        what="worker 0 told attempt 1",
-    )
+    told = lambda: _told(cluster, namespace, "kubelet")[0] == "1"  # noqa: E731
+    wait_for(told, timeout=60, what="worker 0 told attempt 1")
     restart_kubelet()
     _succeeded_in_place(cluster, namespace, "kubelet", uids, 1)
