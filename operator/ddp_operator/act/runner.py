@@ -157,6 +157,7 @@ class JobRunner:
             except StatusConflict as exc:  # decided from an older job: read it, decide again
                 log.info("%s: reading it again", exc)
                 await self.reread()
+                await asyncio.sleep(pacing.settle(self.spent))
                 continue
             except Exception as exc:  # reported on the job, retried with backoff; never dies
                 failures += 1
