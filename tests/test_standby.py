@@ -21,7 +21,8 @@ from test_chart import render
 from test_realnode_inplace_faults import ATTEMPT, TRAIN, WAITS
 
 from ddp_operator.act.standby import Standby
-from ddp_operator.api.kube import Kube, StatusConflict
+from ddp_operator.api.kube import Kube
+from ddp_operator.api.transport import StatusConflict
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for

@@ -15,7 +15,8 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..api.kube import Kube, NotServed
+from ..api.kube import Kube
+from ..api.transport import NotServed
 from ..decide import obstacles
 from ..decide.failures import (
     GangUnavailable,

@@ -14,8 +14,9 @@ from typing import Any
 import kopf
 
 from ..api import metrics, progress_server
-from ..api.kube import Kube, api_client
+from ..api.kube import Kube
 from ..api.progress_server import TokenReviewer
+from ..api.transport import api_client
 from ..model import constants as c
 from .progress_desk import ProgressDesk
 from .registry import Runners

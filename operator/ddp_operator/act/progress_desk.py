@@ -23,8 +23,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from ..api import metrics
-from ..api.kube import JobGone, Kube
+from ..api.kube import Kube
 from ..api.progress_server import Sender
+from ..api.transport import JobGone
 from ..decide import progress_report
 from .registry import Runners
 from .runner import Key

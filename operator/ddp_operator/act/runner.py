@@ -20,7 +20,8 @@ from typing import Any
 import kopf
 
 from ..api import metrics
-from ..api.kube import JobGone, Kube, StatusConflict
+from ..api.kube import Kube
+from ..api.transport import JobGone, StatusConflict
 from ..decide import pacing, progress_report, reconcile
 from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify

@@ -1,179 +1,40 @@
-"""The operator's requests to the API server: with `kubewatch` (its watch of pods), the only
-module of the operator that does I/O.
-
-The official client's REST layer is synchronous; calls run in a bounded thread pool so that a
-job's pods are created concurrently without blocking kopf's event loop. Bodies go out and come
-back as plain JSON: no model classes, which keeps the client's CPU and memory cost low.
+"""The operator's requests to the API server, one method each (``Kube``; how they travel:
+``transport``): with ``kubewatch`` (its watch of pods), the only modules of the operator that do
+I/O.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
-from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from ..model import constants as c
-from . import metrics
-
-CONFLICT = 409
-NOT_FOUND = 404
-UNPROCESSABLE = 422
-Manifest = Mapping[str, Any]
-
-
-class JobGone(Exception):
-    """The DDPJob was deleted (its namespace may be gone too): its loop has nothing left to do."""
-
-
-class StatusConflict(Exception):
-    """The DDPJob changed since the version a status write was decided from (another replica,
-    or a user, wrote it meanwhile): the write did not happen."""
-
-
-def api_client(pool_size: int = 64) -> client.ApiClient:
-    """An ApiClient for the in-cluster service account, else the kubeconfig (KUBECONFIG)."""
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = pool_size
-    cfg.retries = 3
-    return client.ApiClient(cfg)
+from .transport import (
+    CONFLICT,
+    CORE,
+    JOBS,
+    JSON_PATCH,
+    MERGE_PATCH,
+    NOT_FOUND,
+    STRATEGIC_PATCH,
+    UNPROCESSABLE,
+    JobGone,
+    Manifest,
+    NotServed,
+    StatusConflict,
+    Transport,
+    objects_path,
+    pods_path,
+    resource_path,
+)
 
 
-class NotServed(Exception):
-    """The API server does not serve the resource (an API group or CRD that is not installed)."""
-
-
-JSON = "application/json"
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-CORE = "/api/v1/namespaces/{namespace}/{plural}"
-JOBS = f"/apis/{c.GROUP}/{c.VERSION}/namespaces/{{namespace}}/{c.PLURAL}"
-
-
-def _path(template: str, *name: str, **params: str) -> str:
-    """A resource path, its parts quoted; ``name`` adds the object's own segment."""
-    path = template.format(**{k: quote(v, safe="") for k, v in params.items()})
-    return path + "".join(f"/{quote(n, safe='')}" for n in name)
-
-
-def pods_path(namespace: str) -> str:
-    """The path of the pods of a namespace, or of every namespace's if it is empty."""
-    return _path(CORE, namespace=namespace, plural="pods") if namespace else "/api/v1/pods"
-
-
-def objects_path(api: tuple[str, str, str], namespace: str, *name: str) -> str:
-    """The path of a resource (``api``: group, "" for the core API, version, plural) in a
-    namespace (in every namespace if empty), or of one object of it (``name``)."""
-    group, version, plural = api
-    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
-    if not namespace:
-        return f"{base}/{plural}"
-    return _path(base + "/namespaces/{namespace}/" + plural, *name, namespace=namespace)
-
-
-class Kube:
-    """Asynchronous facade over the official client's REST layer for the few calls the operator
-    makes. It skips the generated API classes: their module costs 21 MB of memory to import and
-    their argument validation and serialisation most of the client's CPU (bench/README.md)."""
-
-    def __init__(self, api: client.ApiClient, concurrency: int = 32):
-        self.api = api
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kube")
-
-    def open(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        content_type: str = JSON,
-        query: str = "",
-        timeout: tuple[float, float] | None = None,
-    ) -> Any:
-        """Blocking: send one request; its response (RESTResponse) for the caller to read, or
-        ApiException for a status not 2xx. ``timeout``: (connect, read) seconds."""
-        headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = self.api.configuration.host + path + (f"?{query}" if query else "")
-        response = self.api.rest_client.request(
-            method, url, headers=headers, body=body, _request_timeout=timeout
-        )
-        if not 200 <= response.status <= 299:
-            response.read()
-            raise ApiException(http_resp=response.response)
-        return response
-
-    def _request(
-        self, method: str, path: str, body: Any = None, content_type: str = JSON, query: str = ""
-    ) -> bytes:
-        """One blocking request; its response body, or ApiException for a status not 2xx."""
-        # Read whole: the connection goes back to the pool.
-        return self.open(method, path, body, content_type, query).read()
-
-    async def _call(
-        self,
-        verb: str,
-        method: str,
-        path: str,
-        body: Any = None,
-        content_type: str = JSON,
-        query: str = "",
-        expected: tuple[int, ...] = (NOT_FOUND, CONFLICT),
-    ) -> bytes:
-        loop = asyncio.get_running_loop()
-        call = functools.partial(self._request, method, path, body, content_type, query)
-        try:
-            data = await loop.run_in_executor(self._pool, call)
-        except ApiException as exc:
-            metrics.api_call(verb, exc.status, expected=expected)
-            raise
-        except Exception:
-            metrics.api_call(verb, None)
-            raise
-        metrics.api_call(verb, 200)
-        return data
-
-    async def _create(
-        self, verb: str, template: str, manifest: Mapping[str, Any], query: str = "", **params: str
-    ) -> bool:
-        path = _path(template, namespace=manifest["metadata"]["namespace"], **params)
-        try:
-            await self._call(verb, "POST", path, manifest, query=query)
-        except ApiException as exc:
-            if exc.status == CONFLICT:
-                return False
-            raise
-        return True
-
-    async def _on_pod(
-        self,
-        verb: str,
-        method: str,
-        namespace: str,
-        name: str,
-        body: Any,
-        content_type: str = JSON,
-        gone: tuple[int, ...] = (NOT_FOUND, CONFLICT),
-    ) -> bool:
-        """One call about exactly one pod; False if the pod is gone or was replaced (``gone``)."""
-        path = _path(CORE, name, namespace=namespace, plural="pods")
-        try:
-            await self._call(verb, method, path, body, content_type)
-        except ApiException as exc:
-            if exc.status in gone:
-                return False
-            raise
-        return True
+class Kube(Transport):
+    """The few calls the operator makes, over ``Transport``."""
 
     async def list_pods(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
         """The pods matching the label ``selector`` in ``namespace`` (every namespace if empty),
@@ -197,7 +58,7 @@ class Kube:
 
     async def list_events(self, namespace: str, fields: str) -> list[dict[str, Any]]:
         """The Events of a namespace matching the field selector ``fields`` (one page of 500)."""
-        path = _path(CORE, namespace=namespace, plural="events")
+        path = resource_path(CORE, namespace=namespace, plural="events")
         query = urlencode({"fieldSelector": fields, "limit": 500})
         data = await self._call("list_events", "GET", path, query=query, expected=())
         return json.loads(data).get("items") or []
@@ -215,7 +76,7 @@ class Kube:
     ) -> bool:
         """Merge ``data`` into exactly this ConfigMap (its UID a precondition); False if it is
         gone or was replaced."""
-        path = _path(CORE, name, namespace=namespace, plural="configmaps")
+        path = resource_path(CORE, name, namespace=namespace, plural="configmaps")
         patch = {"metadata": {"uid": uid}, "data": dict(data)}
         try:
             await self._call("patch_configmap", "PATCH", path, patch, MERGE_PATCH)
@@ -227,7 +88,7 @@ class Kube:
 
     async def delete_configmap(self, namespace: str, name: str, uid: str) -> bool:
         """Delete exactly this ConfigMap (UID precondition); False if it is gone or replaced."""
-        path = _path(CORE, name, namespace=namespace, plural="configmaps")
+        path = resource_path(CORE, name, namespace=namespace, plural="configmaps")
         try:
             await self._call("delete_configmap", "DELETE", path, {"preconditions": {"uid": uid}})
         except ApiException as exc:
@@ -243,7 +104,7 @@ class Kube:
     async def dry_run_pod(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
         """The pod as the API server would create it (admission and defaults applied, nothing
         stored); None if one of that name exists already."""
-        path = _path(CORE, namespace=manifest["metadata"]["namespace"], plural="pods")
+        path = resource_path(CORE, namespace=manifest["metadata"]["namespace"], plural="pods")
         try:
             data = await self._call(
                 "create_pod_dry_run", "POST", path, manifest, query="dryRun=All"
@@ -293,7 +154,7 @@ class Kube:
             obj = await self.read_object(api, namespace, name)
         else:
             plural = {"Service": "services", "Pod": "pods", "ConfigMap": "configmaps"}[kind]
-            path = _path(CORE, name, namespace=namespace, plural=plural)
+            path = resource_path(CORE, name, namespace=namespace, plural=plural)
             obj = await self._read(f"read_{kind.lower()}", path)
         return None if obj is None else dict(obj.get("metadata") or {})
 
@@ -304,17 +165,9 @@ class Kube:
         there is none of that name, or the API server does not serve the resource."""
         group, version, plural = api
         template = f"/apis/{group}/{version}/namespaces/{{namespace}}/{plural}"
-        return await self._read(f"read_{plural}", _path(template, name, namespace=namespace))
-
-    async def _read(self, verb: str, path: str) -> dict[str, Any] | None:
-        """The object at ``path`` as the API server's JSON; None if there is none."""
-        try:
-            data = await self._call(verb, "GET", path, expected=(NOT_FOUND,))
-        except ApiException as exc:
-            if exc.status == NOT_FOUND:
-                return None
-            raise
-        return json.loads(data)
+        return await self._read(
+            f"read_{plural}", resource_path(template, name, namespace=namespace)
+        )
 
     async def delete_pod(
         self, namespace: str, name: str, uid: str | None, force: bool = False
@@ -374,7 +227,7 @@ class Kube:
         body: dict[str, Any] = {"status": dict(status)}
         if version:
             body["metadata"] = {"resourceVersion": version}
-        path = _path(JOBS, name, namespace=namespace) + "/status"
+        path = resource_path(JOBS, name, namespace=namespace) + "/status"
         try:
             data = await self._call(verb, "PATCH", path, body, MERGE_PATCH)
         except ApiException as exc:
@@ -388,7 +241,9 @@ class Kube:
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         """The DDPJob as it is now; JobGone if it no longer exists."""
         try:
-            data = await self._call("get_job", "GET", _path(JOBS, name, namespace=namespace))
+            data = await self._call(
+                "get_job", "GET", resource_path(JOBS, name, namespace=namespace)
+            )
         except ApiException as exc:
             if exc.status == NOT_FOUND:
                 raise JobGone(f"ddpjob {namespace}/{name} no longer exists") from exc
@@ -422,7 +277,9 @@ class Kube:
         """Delete the DDPJob itself (TTL); its children follow by garbage collection."""
         body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
         try:
-            await self._call("delete_job", "DELETE", _path(JOBS, name, namespace=namespace), body)
+            await self._call(
+                "delete_job", "DELETE", resource_path(JOBS, name, namespace=namespace), body
+            )
         except ApiException as exc:
             if exc.status not in (NOT_FOUND, CONFLICT):
                 raise

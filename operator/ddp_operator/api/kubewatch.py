@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 
 from kubernetes.client.exceptions import ApiException
 
-from .kube import Kube, pods_path
+from .kube import Kube
+from .transport import pods_path
 
 GONE = 410
 WATCH_SECONDS = 300  # the API server ends each watch after about this long; it is resumed

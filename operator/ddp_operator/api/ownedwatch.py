@@ -19,9 +19,10 @@ from typing import Any
 
 from ..decide.failures import api_message
 from ..model import constants as c
-from .kube import Kube, objects_path
+from .kube import Kube
 from .kubewatch import WatchExpired, watch
 from .podwatch import _call_soon, _end, _in_thread
+from .transport import objects_path
 
 log = logging.getLogger(__name__)
 
