@@ -62,7 +62,11 @@ def peered(cluster: Cluster, crd: str) -> Iterator[tuple[str, dict[str, Replica]
     cluster.core.create_namespace({"metadata": {"name": ns}})
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
     docs = render("standby.enabled=true", f"watchNamespaces={{{ns}}}")
-    peering = [d for d in docs if d["kind"] in ("CustomResourceDefinition", "KopfPeering")]
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(crds))
+    names = [f"crd/{d['metadata']['name']}" for d in crds]
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    peering = [d for d in docs if d["kind"] == "KopfPeering"]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(peering))
     ops = {"primary": replica(cluster, ns, 100), "standby": replica(cluster, ns, 50)}
     try:
