@@ -113,11 +113,13 @@ def _told(cluster: Cluster, ns: str, job: str) -> list[str]:
 def test_back_to_back_failures_one_while_the_group_restarts(
     cluster: Cluster, own_operator: tuple[str, list[OperatorProcess]], images: dict[str, str]
 ) -> None:
-    """Worker 1 fails in attempt 0. Worker 0, told attempt 1 first, restarts and fails at once,
-    worker 1 not yet told (the operator paused meanwhile, so that it sees both at once). Worker 1
-    is told attempt 2 straight away: one restart takes it there (its count moved past the one
-    when told; counted from its creation it owed two, and the group was recreated after the
-    in-place timeout). Attempt 2 trains: two restarts, both in place."""
+    """Worker 1 fails in attempt 0. Worker 0, told attempt 1 first, restarts and fails at once;
+    the operator is paused as soon as worker 0 is told, so that it sees worker 0's restart and
+    failure at once, worker 1 not yet told (unless it told worker 1 first: the pause is a race
+    this test mostly wins). Worker 1 is then told attempt 2 straight away, and one restart takes
+    it there (its count moved past the one when told; counted from its creation it owed two, and
+    the group was recreated after the in-place timeout). Attempt 2 trains: two restarts, both in
+    place, whichever way it went."""
     ns, ops = own_operator
     script = f"""
 case "$DDP_ATTEMPT" in
@@ -129,7 +131,8 @@ esac
     job = shell_job("b2b", ns, images["trainer"], script, procsPerNode=2, backoffLimit=3)
     jobs.apply(cluster, job)
     uids = _started(cluster, ns, "b2b")
-    wait_for(lambda: _told(cluster, ns, "b2b")[0] == "1", timeout=60, what="worker 0 told 1")
+    told_0 = lambda: _told(cluster, ns, "b2b")[0] == "1"  # noqa: E731
+    wait_for(told_0, timeout=60, interval=0.02, what="worker 0 told 1")
     with ops[0].paused():
         wait_for(
             lambda: (
@@ -139,11 +142,17 @@ esac
             timeout=60,
             what="worker 0 restarted and failed in attempt 1",
         )
-        assert _told(cluster, ns, "b2b") == ["1", "0"]
+        skipped = _told(cluster, ns, "b2b") == ["1", "0"]
     done = _succeeded_in_place(cluster, ns, "b2b", uids, 2)
     first = done["status"]["firstFailure"]
     assert (first["attempt"], first["worker"], first["exitCode"]) == (1, 0, 4), first
-    assert _trainer_restarts(cluster, ns, "b2b") == [2, 1]
+    # Told 2 without 1, worker 1 restarted once; told 1 then 2, twice or more (a restart for 1
+    # begun once the ConfigMap said 2 restarts again until the pod is told 2).
+    restarts = _trainer_restarts(cluster, ns, "b2b")
+    if skipped:
+        assert restarts == [2, 1]
+    else:
+        assert restarts[0] == 2 and restarts[1] >= 2, restarts
 
 
 def _trainer_ended(cluster: Cluster, ns: str, pod: str) -> int | None:
