@@ -133,6 +133,10 @@ class JobRunner:
         """The job was deleted: its loop stops, and the pods Kueue holds are marked so that
         Kueue lets them go with the group."""
         await self.stop()
+        await self.left_behind()
+
+    async def left_behind(self) -> None:
+        """The job is gone: mark the pods Kueue holds so that it lets them go with the group."""
         uid = (self.body.get("metadata") or {}).get("uid")
         try:
             pods = await self.pods(self.key)
@@ -152,8 +156,9 @@ class JobRunner:
                 failures = 0
             except asyncio.CancelledError:
                 raise
-            except JobGone as gone:  # the DELETED event may never come (namespace deleted)
-                log.info("%s: its loop ends", gone)
+            except JobGone as gone:  # the DELETED event may never come (namespace deleted),
+                log.info("%s: its loop ends", gone)  # or find this loop ended already
+                await self.left_behind()
                 return
             except StatusConflict as exc:  # decided from an older job: read it, decide again
                 log.info("%s: reading it again", exc)
