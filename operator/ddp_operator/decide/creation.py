@@ -20,21 +20,21 @@ def missing(job: JobSpec, current: Mapping[int, WorkerPod]) -> dict[str, int]:
 
 def to_create(
     job: JobSpec,
-    current: Mapping[int, WorkerPod],
+    missing: Mapping[str, int],
     stale: Sequence[WorkerPod],
     observed: Iterable[WorkerPod],
     attempt: int,
     replacing: Mapping[int, str],
 ) -> list[int]:
-    """The workers to create: those missing, once no pod of an earlier attempt is left (a
-    worker of a new group could meet a still-running process of the old one at the master's
-    address, and the two would train together; seen in real containers) and unless a pod of
-    that name exists (a foreign one: ``obstacles.conflict``). A pod replaced alone, or past
-    spec.nodes (scaled down), keeps no other worker waiting."""
+    """The workers to create of those ``missing`` (name, index), once no pod of an earlier
+    attempt is left (a worker of a new group could meet a still-running process of the old one
+    at the master's address, and the two would train together; seen in real containers) and
+    unless a pod of that name exists (a foreign one: ``obstacles.conflict``). A pod replaced
+    alone, or past spec.nodes (scaled down), keeps no other worker waiting."""
     if any(not elastic.apart(p, job, attempt, replacing) for p in stale):
         return []
     taken = {p.name for p in observed}
-    return [i for name, i in missing(job, current).items() if name not in taken]
+    return [i for name, i in missing.items() if name not in taken]
 
 
 def report(

@@ -214,8 +214,8 @@ def plan(
     result.delete = [p for p in stale if not p.deleting] + going
     result.tell = inplace.to_tell(current.values(), attempt)
     result.recheck_in(inplace.recheck(current.values(), attempt, status, now, inplace.limit(job)))
-    result.create = creation.to_create(job, current, stale, observed, attempt, replacing)
     missing = creation.missing(job, current)
+    result.create = creation.to_create(job, missing, stale, observed, attempt, replacing)
     if conflict := obstacles.conflict(job, [p for p in foreign if p.name in missing]):
         blockers.append(conflict)
     # Set by the pass that creates the pods, or that first sees them (its status is written
