@@ -232,8 +232,10 @@ def test_raw_creates_exactly_the_pods_the_operator_creates_here():
         assert pod == ours
         names = [ct["name"] for ct in pod["spec"]["containers"]]
         assert names == ["trainer", "ddp-attempt-watch"]
-    (configmap,) = [o for o in objects("j", "ns", 3) if o["kind"] == "ConfigMap"]
-    assert configmap["metadata"]["name"] == "j-ddp-env"  # the one the pods read
+    objs = objects("j", "ns", 3)
+    configmaps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+    assert set(configmaps) == {"j-ddp-env", "j-ddp-common"}  # the ones the pods read
+    assert configmaps["j-ddp-common"]["data"]["MASTER_ADDR"] == "j-worker-0.j"
 
 
 def test_s9s_schedule_is_the_seeds_one_failure_per_attempt_each_reachable():

@@ -5,24 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ddp_operator.manifests import builders, job_configmap
+from ddp_operator.manifests import builders
 from ddp_operator.model import constants as c
-from ddp_operator.model.jobspec import JobSpec, SpecError, resolve
+from ddp_operator.model.jobspec import SpecError, resolve
 
 from harness.cluster import CRD_FILE
-from jobs import ddpjob
-
-
-def env_of(pod: dict, j: JobSpec) -> dict[str, str | None]:
-    """The trainer's env as the kubelet resolves it, with the job's ConfigMap as the operator
-    writes it (tests/test_realnode_jobs.py reads it in real pods)."""
-    trainer = pod["spec"]["containers"][builders.trainer_index(pod["spec"])]
-    attempt = int(pod["metadata"]["labels"][c.LABEL_ATTEMPT])
-    data = job_configmap.data(j.nodes, builders.worker_hosts(j), attempt)
-    return {
-        e["name"]: e.get("value", job_configmap.lookup(e, job_configmap.name(j.name), data))
-        for e in trainer["env"]
-    }
+from jobs import ddpjob, env_of
 
 
 def job(**spec):
@@ -109,11 +97,14 @@ def test_trainer_container_is_found_by_name_and_user_env_follows_ours() -> None:
             ]
         }
     }
-    pod = builders.build_worker_pod(job(template=template), 0)
+    j = job(template=template)
+    pod = builders.build_worker_pod(j, 0)
     sidecar, trainer = pod["spec"]["containers"]
-    assert "env" not in sidecar
+    assert "env" not in sidecar and "envFrom" not in sidecar
     names = [e["name"] for e in trainer["env"]]
-    assert names.index("MASTER_ADDR") < names.index("ENDPOINT")
+    assert names.index("NODE_RANK") < names.index("ENDPOINT")  # its own values first
+    # The common ones come by envFrom, which the kubelet resolves before env: a reference works.
+    assert env_of(pod, j)["ENDPOINT"] == "train-worker-0.train:29500"
 
 
 def test_elastic_job_uses_c10d_rendezvous() -> None:

@@ -12,7 +12,7 @@ from ddp_operator.manifests import builders
 from ddp_operator.model.jobspec import resolve
 from ddp_operator.model.workers import WorkerPod
 
-from jobs import ddpjob
+from jobs import ddpjob, env_of
 
 NOW = datetime(2026, 11, 24, tzinfo=UTC)
 own = functools.partial(WorkerPod, owner_uid="u")
@@ -113,10 +113,7 @@ def test_scaling_up_creates_the_new_workers_and_down_removes_the_highest() -> No
 
 def test_elastic_env_lets_torchrun_restart_and_rendezvous_again() -> None:
     j = job(rdzvConf={"last_call_timeout": "5"})
-    env = {
-        e["name"]: e.get("value")
-        for e in builders.build_worker_pod(j, 1)["spec"]["containers"][0]["env"]
-    }
+    env = env_of(builders.build_worker_pod(j, 1), j)
     assert env["PET_NNODES"] == "2:3" and env["PET_RDZV_CONF"] == "is_host=0,last_call_timeout=5"
     assert env["PET_MAX_RESTARTS"] == "3" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     template = {
@@ -131,10 +128,9 @@ def test_elastic_env_lets_torchrun_restart_and_rendezvous_again() -> None:
         }
     }
     mine = resolve({**ddpjob("j", "ns", nodes=3, minNodes=2, maxNodes=3, template=template)})
-    env = builders.build_worker_pod(mine, 0)["spec"]["containers"][0]["env"]
-    assert [e["value"] for e in env if e["name"] == "PET_MAX_RESTARTS"] == ["9"]
-    fixed = builders.build_worker_pod(resolve(ddpjob("j", "ns", nodes=2)), 0)
-    assert "PET_MAX_RESTARTS" not in {e["name"] for e in fixed["spec"]["containers"][0]["env"]}
+    assert env_of(builders.build_worker_pod(mine, 0), mine)["PET_MAX_RESTARTS"] == "9"
+    fixed = resolve(ddpjob("j", "ns", nodes=2))
+    assert "PET_MAX_RESTARTS" not in env_of(builders.build_worker_pod(fixed, 0), fixed)
 
 
 def test_a_worker_failing_every_time_is_replaced_up_to_max_replacements() -> None:

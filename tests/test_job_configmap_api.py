@@ -92,6 +92,25 @@ def test_a_foreign_configmap_is_reported_and_never_adopted(
     }
 
 
+def test_a_foreign_configmap_of_common_values_is_a_name_conflict(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "cmc-ddp-common"}, "data": {"MASTER_ADDR": "elsewhere"}}
+    )
+    jobs.apply(cluster, ddpjob("cmc", namespace, nodes=2))
+    cond = blocked(cluster, namespace, "cmc", "NameConflict")
+    assert "ConfigMap cmc-ddp-common" in cond["message"], cond
+    assert workers(cluster, namespace, "cmc") == []  # no pod would read another's values
+    still = _configmap(cluster, namespace, "cmc-ddp-common")
+    assert still.data == {"MASTER_ADDR": "elsewhere"} and not still.metadata.owner_references
+    cluster.core.delete_namespaced_config_map("cmc-ddp-common", namespace)
+    wait_running(cluster, namespace, "cmc", 2)
+    mine = _configmap(cluster, namespace, "cmc-ddp-common")
+    assert mine.metadata.owner_references[0].kind == "DDPJob"
+    assert mine.data["MASTER_ADDR"] == "cmc-worker-0.cmc"
+
+
 def test_a_users_configmap_named_after_the_job_is_left_alone(
     cluster: Cluster, namespace: str
 ) -> None:

@@ -14,11 +14,6 @@ from jobs import ddpjob
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 
-def env(pod: dict) -> dict[str, str]:
-    trainer = next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
-    return {e["name"]: e.get("value") for e in trainer.get("env", [])}
-
-
 def test_job_gets_a_headless_service_then_wired_workers(cluster: Cluster, namespace: str) -> None:
     jobs.apply(cluster, ddpjob("wire", namespace, nodes=3))
     ws = wait_running(cluster, namespace, "wire", 3)
@@ -39,7 +34,7 @@ def test_job_gets_a_headless_service_then_wired_workers(cluster: Cluster, namesp
             job["metadata"]["uid"],
             True,
         )
-        e = env(w)
+        e = pods.trainer_env(cluster, w)
         assert e["MASTER_ADDR"] == "wire-worker-0.wire" and e["NODE_RANK"] == str(i)
         assert e["WORLD_SIZE"] == "3" and e["RANK"] == str(i) and e["DDP_BACKEND"] == "gloo"
         assert any(m["mountPath"] == "/dev/shm" for m in w["spec"]["containers"][0]["volumeMounts"])
@@ -81,7 +76,7 @@ def test_failed_worker_restarts_group_then_job_fails(cluster: Cluster, namespace
     restart = jobs.wait_event(cluster, namespace, "flaky", "WorkerFailed")
     assert "flaky-worker-2 exited with code 3" in restart[0]["message"]
     assert restart[0]["type"] == "Warning"
-    assert env(second[0])["DDP_ATTEMPT"] == "1"
+    assert pods.trainer_env(cluster, second[0])["DDP_ATTEMPT"] == "1"
 
     pods.finish(cluster, namespace, "flaky-worker-0", 7)
     job = jobs.wait_condition(cluster, namespace, "flaky", "Failed")
@@ -183,7 +178,7 @@ def test_accelerator_jobs_land_on_matching_nodes(
         assert cluster.core.read_node(node).metadata.labels["ddp-operator.io/accelerator"] == label
     for w in ws:
         assert w["spec"]["containers"][0]["resources"]["limits"][resource] == "8"
-        e = env(w)
+        e = pods.trainer_env(cluster, w)
         assert e["WORLD_SIZE"] == "16" and e["NPROC_PER_NODE"] == "8"
         assert e["DDP_BACKEND"] == ("nccl" if label == "nvidia" else "hccl")
 

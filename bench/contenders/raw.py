@@ -1,11 +1,11 @@
-"""Raw: a plain concurrent client creating the Service, ConfigMap and pods our operator would
+"""Raw: a plain concurrent client creating the Service, ConfigMaps and pods our operator would
 create, with no controller at all: what this API server and scheduler can do with them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddp_operator.manifests import builders, job_configmap, progress_pod
+from ddp_operator.manifests import builders, job_configmap, progress_pod, worker_env
 from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import resolve
 
@@ -17,7 +17,7 @@ PROGRESS_URL = "http://127.0.0.1:1"
 
 
 def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
-    """The Service, ConfigMap and pods our operator would create on this cluster (restarting in
+    """The Service, ConfigMaps and pods our operator would create on this cluster (restarting in
     place, reporting progress), without the owner (no DDPJob exists)."""
     job = resolve(
         {
@@ -27,7 +27,8 @@ def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
     )
     meta = builders.job_object_meta(job, job_configmap.name(name))
     configmap = job_configmap.build(meta, nodes, builders.worker_hosts(job), 0)
-    objs = [builders.build_service(job), configmap]
+    common = worker_env.build(builders.job_object_meta(job, worker_env.name(name)), job)
+    objs = [builders.build_service(job), configmap, common]
     in_place = job.restart_strategy == c.RESTART_IN_PLACE
     objs += [
         progress_pod.add_reporting(builders.build_worker_pod(job, i, 0, in_place), PROGRESS_URL)

@@ -174,3 +174,19 @@ def lose_node(cluster: Cluster, node: str) -> None:
 def restore_nodes(cluster: Cluster) -> None:
     """Register the local cluster's fake nodes again (idempotent)."""
     cluster.kubectl("apply", "-f", str(NODES_FILE))
+
+
+def trainer_env(cluster: Cluster, pod: dict[str, Any]) -> dict[str, str]:
+    """A worker pod's trainer env as its kubelet resolves it, from the ConfigMaps it reads as
+    they are on the cluster now (``envFrom`` and ``configMapKeyRef``)."""
+    from ddp_operator.manifests import builders, worker_env
+
+    spec, ns = pod["spec"], pod["metadata"]["namespace"]
+    trainer = spec["containers"][builders.trainer_index(spec)]
+    names = {(e.get("configMapRef") or {}).get("name") for e in trainer.get("envFrom") or ()}
+    for entry in trainer.get("env") or ():
+        names.add(((entry.get("valueFrom") or {}).get("configMapKeyRef") or {}).get("name"))
+    configmaps = {n: cluster.core.read_namespaced_config_map(n, ns).data or {} for n in names if n}
+    env, missing = worker_env.resolve(trainer, configmaps)
+    assert not missing, missing
+    return env

@@ -1,5 +1,6 @@
 """The objects a job needs under its names (its Service, its gang's group objects, its
-NetworkPolicy, the ConfigMap its pods take their host list and attempt from, its pods):
+NetworkPolicy, the ConfigMaps its pods take their env from (``job_configmap``: the host list
+and attempt; ``worker_env``: the values common to every worker), its pods):
 created when missing, and, when one exists already, checked to be the job's (its controller's
 UID), never reused otherwise; and the ConfigMap of the job's former name dropped once no pod
 of the job reads it (``job_configmap``).
@@ -26,7 +27,7 @@ from ..decide.failures import (
     api_message,
     refuses_in_place,
 )
-from ..manifests import builders, gang, inplace_pod, job_configmap, netpol
+from ..manifests import builders, gang, inplace_pod, job_configmap, netpol, worker_env
 from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import controller
@@ -71,7 +72,7 @@ async def create_group(
     policy: bool = False,
     legacy: bool = False,
 ) -> tuple[list[bool], bool]:
-    """Create the gang's objects, the Service, the ConfigMap (and keep the legacy one in step if
+    """Create the gang's objects, the Service, the ConfigMaps (and keep the legacy one in step if
     ``legacy``), the NetworkPolicy if ``policy``, then the pods that ``build`` makes for
     ``indices`` (all of a new attempt's if ``fresh``: one is checked first); one that exists
     already must be the job's. Which pods were created (False: the job's exists), and False if
@@ -84,6 +85,8 @@ async def create_group(
         found = await check_owner(kube, job, "Service", job.name) and found
     attempt = int(first["metadata"]["labels"][c.LABEL_ATTEMPT])
     found = await give_env(kube, job, attempt, legacy) and found
+    common = worker_env.build(builders.job_object_meta(job, worker_env.name(job.name)), job)
+    found = await _give(kube, job, common, "its common values") and found
     if policy:
         manifest, name = netpol.build_network_policy(job), netpol.name(job)
         if not await step(
@@ -120,12 +123,13 @@ async def give_env(kube: Kube, job: JobSpec, attempt: int, legacy: bool = False)
     for name in names:
         meta = builders.job_object_meta(job, name)
         manifest = job_configmap.build(meta, job.nodes, hosts, attempt)
-        found = await _give(kube, job, manifest, attempt) and found
+        found = await _give(kube, job, manifest, f"attempt {attempt}") and found
     return found
 
 
-async def _give(kube: Kube, job: JobSpec, manifest: Manifest, attempt: int) -> bool:
-    """Create the ConfigMap ``manifest``, or give its data to the job's existing one."""
+async def _give(kube: Kube, job: JobSpec, manifest: Manifest, what_data: str) -> bool:
+    """Create the ConfigMap ``manifest``, or give its data (``what_data``, said in an error) to
+    the job's existing one."""
     name = manifest["metadata"]["name"]
     what = f"ConfigMap {name}"
     for _ in range(2):  # once more if it went between the two calls
@@ -135,7 +139,7 @@ async def _give(kube: Kube, job: JobSpec, manifest: Manifest, attempt: int) -> b
         if meta is not None:
             uid = str(meta.get("uid"))
             patched = kube.patch_configmap(job.namespace, name, uid, manifest["data"])
-            return await step(f"giving attempt {attempt} to {what}", patched)
+            return await step(f"giving {what_data} to {what}", patched)
     return False
 
 

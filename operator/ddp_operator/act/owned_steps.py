@@ -62,7 +62,7 @@ async def keep(
     if not owned.applies(plan.status.get("phase"), job.suspend, plan.own):
         return
     first = builders.build_worker_pod(job, 0, attempt, plan.in_place) if job.gang else {}
-    want = owned.declared(job, attempt, policy, first)
+    want = owned.declared(job, attempt, policy, first, plan.own)
     seen, unseen = await source((job.namespace, job.name), [(d.api, d.kind) for d in want])
     outcome = owned.Outcome([], [], [], unseen)
     if not unseen:

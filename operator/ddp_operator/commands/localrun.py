@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -27,24 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..decide import conditions, reconcile
-from ..manifests import builders, job_configmap
+from ..manifests import builders, worker_env
+from ..manifests.worker_env import expand
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
-
-_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """Expand ``$(VAR)`` from ``env`` as the kubelet does: ``$$`` is a literal ``$``, and an
-    undefined ``$(VAR)`` is left as written."""
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-
-    return _VAR.sub(sub, text)
 
 
 def loopback(index: int) -> str:
@@ -68,21 +53,13 @@ def worker_processes(job: JobSpec, base_env: Mapping[str, str]) -> list[WorkerPr
     """Render the job's pods with the operator's builders and turn each trainer container into
     a process description. ``base_env`` is the environment the container env is laid over."""
     procs = []
-    configmap = job_configmap.data(job.nodes, builders.worker_hosts(job), 0)
-    ours = job_configmap.name(job.name)
+    configmaps = worker_env.configmaps(job, 0, builders.worker_hosts(job))  # as the operator's
     for i in range(job.nodes):
         pod = builders.build_worker_pod(job, i)
         spec = pod["spec"]
         container = spec["containers"][builders.trainer_index(spec)]
-        env = dict(base_env)
-        warnings = []
-        for entry in container.get("env") or []:
-            if "value" in entry:
-                env[entry["name"]] = expand(str(entry["value"]), env)
-            elif (value := job_configmap.lookup(entry, ours, configmap)) is not None:
-                env[entry["name"]] = value  # the job's ConfigMap, as the operator writes it
-            else:
-                warnings.append(f"env {entry['name']}: valueFrom is not supported locally; unset")
+        env, missing = worker_env.resolve(container, configmaps, base_env)
+        warnings = [f"{what}: not supported locally; unset" for what in missing]
         argv = [
             expand(a, env)
             for a in [*(container.get("command") or []), *(container.get("args") or [])]

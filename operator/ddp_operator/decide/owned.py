@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..manifests import builders, gang, job_configmap, netpol
+from ..manifests import builders, gang, job_configmap, netpol, worker_env
 from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
@@ -41,6 +41,7 @@ class Declared:
 
     api: Api
     manifest: Mapping[str, Any]
+    exact: frozenset[str] = EXACT  # maps kept with no key beyond those declared
 
     @property
     def kind(self) -> str:
@@ -76,14 +77,25 @@ def applies(phase: str | None, suspended: bool, own: Iterable[WorkerPod]) -> boo
 
 
 def declared(
-    job: JobSpec, attempt: int, policy: bool, first_pod: Mapping[str, Any]
+    job: JobSpec,
+    attempt: int,
+    policy: bool,
+    first_pod: Mapping[str, Any],
+    own: Iterable[WorkerPod] = (),
 ) -> list[Declared]:
     """The objects the job owns, its ConfigMap saying ``attempt`` (the one its status records:
     a ConfigMap created again never runs ahead of it); ``policy``: it is isolated;
-    ``first_pod``: its worker 0, for a gang's resources."""
+    ``first_pod``: its worker 0, for a gang's resources; ``own``: its pods, whose reading of
+    the ConfigMap of common values (``worker_env``) declares it (pods made by an operator
+    before it read none)."""
     meta = builders.job_object_meta(job, job_configmap.name(job.name))
     env = job_configmap.build(meta, job.nodes, builders.worker_hosts(job), attempt)
     out = [Declared(SERVICE, builders.build_service(job)), Declared(CONFIGMAP, env)]
+    common = worker_env.name(job.name)
+    if any(common in p.env_from for p in own):
+        meta = builders.job_object_meta(job, common)
+        # Every key of it is a variable of every worker: one added by hand is taken out too.
+        out.append(Declared(CONFIGMAP, worker_env.build(meta, job), EXACT | {"data"}))
     if policy:
         out.append(Declared(netpol.API, netpol.build_network_policy(job)))
     for obj in gang.group_objects(job, first_pod):
@@ -91,31 +103,36 @@ def declared(
     return out
 
 
-def covers(want: Any, seen: Any, key: str = "") -> bool:
-    """Whether ``seen`` holds what ``want`` declares: every declared key (an exact map, a
+def covers(want: Any, seen: Any, key: str = "", exact: frozenset[str] = EXACT) -> bool:
+    """Whether ``seen`` holds what ``want`` declares: every declared key (an ``exact`` map, a
     selector, no other), lists of the same length item by item, scalars equal."""
     if isinstance(want, Mapping):
-        if not isinstance(seen, Mapping) or (key in EXACT and set(seen) - set(want)):
+        if not isinstance(seen, Mapping) or (key in exact and set(seen) - set(want)):
             return False
-        return all(covers(v, seen.get(k), k) for k, v in want.items())
+        return all(covers(v, seen.get(k), k, exact) for k, v in want.items())
     if isinstance(want, list):
         return (
             isinstance(seen, list)
             and len(want) == len(seen)
-            and all(covers(w, s) for w, s in zip(want, seen, strict=True))
+            and all(covers(w, s, exact=exact) for w, s in zip(want, seen, strict=True))
         )
     return want == seen
 
 
-def put_back(want: Mapping[str, Any], seen: Mapping[str, Any] | None, key: str = "") -> Any:
-    """The merge patch that makes ``seen`` hold ``want`` again (an exact map's extra keys
+def put_back(
+    want: Mapping[str, Any],
+    seen: Mapping[str, Any] | None,
+    key: str = "",
+    exact: frozenset[str] = EXACT,
+) -> Any:
+    """The merge patch that makes ``seen`` hold ``want`` again (an ``exact`` map's extra keys
     removed; lists replaced whole, as a merge patch does)."""
     patch: dict[str, Any] = {}
-    if key in EXACT and isinstance(seen, Mapping):
+    if key in exact and isinstance(seen, Mapping):
         patch = {k: None for k in seen if k not in want}
     for k, v in want.items():
         inner = seen.get(k) if isinstance(seen, Mapping) else None
-        patch[k] = put_back(v, inner, k) if isinstance(v, Mapping) else v
+        patch[k] = put_back(v, inner, k, exact) if isinstance(v, Mapping) else v
     return patch
 
 
@@ -145,8 +162,8 @@ def review(want: Iterable[Declared], seen: Mapping[Name, Mapping[str, Any]], uid
             continue
         if not controlled_by(obj, uid):
             continue
-        if not covers(d.fields, obj):
-            out.changed.append((d, put_back(d.fields, obj)))
+        if not covers(d.fields, obj, exact=d.exact):
+            out.changed.append((d, put_back(d.fields, obj, exact=d.exact)))
     return out
 
 

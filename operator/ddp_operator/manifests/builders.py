@@ -7,30 +7,14 @@ from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec, SpecError
-from . import job_configmap, termination, watchdogs
+from . import job_configmap, termination, worker_env
 from .inplace_pod import make_in_place
+from .names import master_addr as master_addr  # the names' builders, for builders' callers
+from .names import worker_host as worker_host
+from .names import worker_hosts as worker_hosts
+from .names import worker_name
 
 Manifest = dict[str, Any]
-
-
-def worker_name(job: JobSpec, index: int) -> str:
-    """Pod name (and hostname) of worker ``index``: ``<job>-worker-<index>``."""
-    return f"{job.name}-{c.WORKER_ROLE}-{index}"
-
-
-def worker_host(job: JobSpec, index: int) -> str:
-    """DNS name of a worker inside the job's namespace: ``<job>-worker-<i>.<job>``."""
-    return f"{worker_name(job, index)}.{job.name}"
-
-
-def worker_hosts(job: JobSpec) -> str:
-    """Every worker's DNS name, worker 0 first, comma-separated (``VC_WORKER_HOSTS``)."""
-    return ",".join(worker_host(job, i) for i in range(job.nodes))
-
-
-def master_addr(job: JobSpec) -> str:
-    """Worker-0's DNS name: the rendezvous master."""
-    return worker_host(job, 0)
 
 
 def job_labels(job: JobSpec) -> dict[str, str]:
@@ -59,64 +43,6 @@ def trainer_index(pod_spec: dict[str, Any]) -> int:
     return 0
 
 
-def build_env(job: JobSpec, index: int, attempt: int = 0) -> list[Manifest]:
-    """The env contract of worker ``index`` (see the README's table), in a stable order; the
-    host list from the job's ConfigMap (``job_configmap``), the rest as values."""
-    master = master_addr(job)
-    nprocs = job.procs_per_node
-    devices = job.accelerator.per_node if job.accelerator else nprocs
-    conf = [f"{k}={v}" for k, v in job.rdzv_conf]
-    env: list[tuple[str, str]] = [
-        ("MASTER_ADDR", master),
-        ("MASTER_PORT", str(job.master_port)),
-        ("NNODES", str(job.nodes)),
-        ("NODE_RANK", str(index)),
-        ("NPROC_PER_NODE", str(nprocs)),
-        ("WORLD_SIZE", str(job.world_size)),
-    ]
-    if nprocs == 1:
-        env += [("RANK", str(index)), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")]
-    if job.elastic:
-        lo, hi = job.node_bounds
-        env.append(("PET_NNODES", f"{lo}:{hi}"))
-    else:
-        env.append(("PET_NNODES", str(job.nodes)))
-    env += [
-        ("PET_NODE_RANK", str(index)),
-        ("PET_NPROC_PER_NODE", str(nprocs)),
-        ("PET_MASTER_ADDR", master),
-        ("PET_MASTER_PORT", str(job.master_port)),
-    ]
-    if job.elastic:
-        env += [
-            ("PET_RDZV_BACKEND", "c10d"),
-            ("PET_RDZV_ENDPOINT", f"{master}:{job.master_port}"),
-            ("PET_RDZV_ID", job.uid or job.name),
-            # torchrun hosts the c10d store where the endpoint names the local host; a pod's
-            # canonical name is its FQDN, so say explicitly which worker hosts it.
-            ("PET_RDZV_CONF", ",".join([f"is_host={'1' if index == 0 else '0'}", *conf])),
-        ]
-    env += [
-        (c.ENV_BACKEND, job.backend),
-        (c.ENV_JOB_NAME, job.name),
-        (c.ENV_ATTEMPT, str(attempt)),
-        ("MA_NUM_HOSTS", str(job.nodes)),
-        ("MA_NUM_GPUS", str(devices)),
-        ("MA_TASK_NAME", c.WORKER_ROLE),
-        ("MA_VJ_NAME", job.name),
-        ("VC_TASK_INDEX", str(index)),
-        ("VC_WORKER_NUM", str(job.nodes)),
-    ]
-    built: list[Manifest] = [{"name": k, "value": v} for k, v in env]
-    built.append(job_configmap.hosts_env(job_configmap.name(job.name), job.nodes))
-    if job.accelerator and job.accelerator.is_ascend:
-        built.append({"name": "HCCL_IF_BASE_PORT", "value": str(job.accelerator.hccl_base_port)})
-        if job.accelerator.hccl_connect_timeout:
-            timeout = str(job.accelerator.hccl_connect_timeout)
-            built.append({"name": "HCCL_CONNECT_TIMEOUT", "value": timeout})
-    return built
-
-
 def job_object_meta(job: JobSpec, name: str | None = None) -> Manifest:
     """Metadata of an object the job owns (its Service, NetworkPolicy, gang objects): named
     ``name`` (the job's name by default), the job's labels, the job as controller."""
@@ -143,33 +69,6 @@ def build_service(job: JobSpec) -> Manifest:
             ],
         },
     }
-
-
-def _defaults(job: JobSpec) -> list[tuple[str, str]]:
-    """Env the user may set otherwise: unbuffered output, PyTorch's NCCL watchdogs
-    (``watchdogs``), and for elastic jobs torchrun's own
-    restarts (each lost node costs every agent one) and a rendezvous store set up anew each
-    round (torch's shared store leaves a node that joins a later round waiting for an address
-    no one writes again: seen in real pods, torch 2.15)."""
-    env = [("PYTHONUNBUFFERED", "1"), *watchdogs.env(job)]
-    if job.elastic:
-        env += [
-            ("PET_MAX_RESTARTS", str(c.ELASTIC_MAX_RESTARTS)),
-            ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
-        ]
-    return env
-
-
-def _merge_env(
-    job: JobSpec, user_env: list[dict[str, Any]], ours: list[Manifest]
-) -> list[dict[str, Any]]:
-    # Ours first, so user entries may reference them with $(VAR); reserved user names are refused
-    # by the CRD, and dropped here for manifests that bypassed it.
-    taken = {e["name"] for e in ours}
-    user = [e for e in user_env if e.get("name") not in taken]
-    named = {e.get("name") for e in user}
-    ours = ours + [{"name": k, "value": v} for k, v in _defaults(job) if k not in named]
-    return [*ours, *user]
 
 
 def _add_resources(container: dict[str, Any], job: JobSpec) -> None:
@@ -278,7 +177,7 @@ def build_worker_pod(
 
     at = trainer_index(pod_spec)
     trainer = pod_spec["containers"][at]
-    trainer["env"] = _merge_env(job, trainer.get("env") or [], build_env(job, index, attempt))
+    worker_env.give(trainer, job, index, attempt)
     ports = trainer.setdefault("ports", [])
     if not any(p.get("containerPort") == job.master_port for p in ports):
         ports.append({"name": "rendezvous", "containerPort": job.master_port})

@@ -56,6 +56,7 @@ class WorkerPod:
     watch_backoff: str | None = None  # its watch waits out the kubelet's crash-loop back-off
     watch_broken: str | None = None  # why its watch cannot run (no /bin/sh or sleep in the image)
     env_configmap: str | None = None  # the ConfigMap its trainer reads VC_WORKER_HOSTS from
+    env_from: tuple[str, ...] = ()  # the ConfigMaps its trainer takes all of (``envFrom``)
     # How it ended, beyond exit code, reason and message (``failure_facts``): the ending
     # container, when it ended, the pod's other True conditions (type, reason), its disruption.
     container: str | None = None
@@ -86,6 +87,15 @@ def _env_configmap(container: Mapping[str, Any] | None) -> str | None:
             ref = (entry.get("valueFrom") or {}).get("configMapKeyRef") or {}
             return sys.intern(ref["name"]) if ref.get("name") else None
     return None
+
+
+def _env_from(container: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The ConfigMaps a trainer takes all of (``envFrom``), each name a string shared by the
+    pods that name it."""
+    refs = (
+        (e.get("configMapRef") or {}).get("name") for e in (container or {}).get("envFrom") or ()
+    )
+    return tuple(sys.intern(r) for r in refs if r)
 
 
 def _in_place(
@@ -160,6 +170,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
     containers = spec.get("containers") or []
     names = [ct.get("name") for ct in containers]
     trainer = c.TRAINER_CONTAINER if c.TRAINER_CONTAINER in names else (names or [None])[0]
+    trainer_spec = next((x for x in containers if x.get("name") == trainer), None)
 
     phase = status.get("phase") or "Pending"
     exit_code = reason = message = ended = finished_at = None
@@ -216,8 +227,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         queue_managed=labels.get(c.KUEUE_MANAGED_LABEL) == "true",
         stopped=ps.stopped(status),
         unretriable=(meta.get("annotations") or {}).get(c.KUEUE_RETRIABLE_ANNOTATION) == "false",
-        env_configmap=_env_configmap(
-            next((x for x in containers if x.get("name") == trainer), None)
-        ),
+        env_configmap=_env_configmap(trainer_spec),
+        env_from=_env_from(trainer_spec),
         **ends,
     )

@@ -1,0 +1,212 @@
+"""The env of a worker's trainer container: the contract (the README's table) and where each
+value lives. Pure.
+
+The values that are the same in every worker of the job (``MASTER_ADDR``, ``NNODES``,
+``PET_MASTER_PORT``, ``MA_VJ_NAME``, ..., and our defaults such as ``PYTHONUNBUFFERED``) come
+from one ConfigMap of the job, ``<job>-ddp-common``, by ``envFrom``; a pod carries only its own
+(ranks, attempt) and the reference to its group's host list (``job_configmap``). Each value
+written into every pod cost the API server twice (the field and its ``managedFields`` entry:
+5.4 KB of an 11 KB pod) and every watcher once, which made a group of 2048 slower to create
+than JobSet's (bench/README.md, S5).
+
+Scripts see what they saw: the kubelet gives a container's ``env`` precedence over its
+``envFrom``, and a later ``envFrom`` over an earlier one. So the template's ``env`` keeps
+precedence (the CRD refuses the contract's names there; our defaults yield to it), and ours, the
+last ``envFrom``, wins over the template's own ``envFrom`` as our ``env`` entries did.
+
+Only values that never change in the job's life are shared: they come from fields that cannot be
+changed (procsPerNode, backend, masterPort, accelerator, the name). An elastic job's
+size (``NNODES``, ``WORLD_SIZE``, ``MA_NUM_HOSTS``, ``VC_WORKER_NUM``) stays in each pod, so a pod
+keeps the values of the size it was created for, as do the NCCL watchdogs' settings (from
+``stallDetection``, which may change). The ConfigMap is the job's like its other objects: created
+before the first pod that reads it, put back if deleted or changed (``decide/owned``), a
+NameConflict if another owns its name (``act/claims``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..model import constants as c
+from ..model.jobspec import JobSpec
+from . import job_configmap, watchdogs
+from .names import master_addr
+
+Manifest = dict[str, Any]
+
+SUFFIX = "-ddp-common"
+PER_WORKER = frozenset(
+    {"NODE_RANK", "RANK", "PET_NODE_RANK", "PET_RDZV_CONF", "VC_TASK_INDEX", c.ENV_ATTEMPT}
+)
+PER_SIZE = frozenset({"NNODES", "WORLD_SIZE", "MA_NUM_HOSTS", "VC_WORKER_NUM"})
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def name(job: str) -> str:
+    """The name of job ``job``'s ConfigMap of common values: ``<job>-ddp-common``."""
+    return f"{job}{SUFFIX}"
+
+
+def contract(job: JobSpec, index: int, attempt: int = 0) -> list[tuple[str, str]]:
+    """The env contract of worker ``index`` in a stable order, every value as its processes see
+    it, but ``VC_WORKER_HOSTS`` (``job_configmap``)."""
+    master = master_addr(job)
+    nprocs = job.procs_per_node
+    devices = job.accelerator.per_node if job.accelerator else nprocs
+    env: list[tuple[str, str]] = [
+        ("MASTER_ADDR", master),
+        ("MASTER_PORT", str(job.master_port)),
+        ("NNODES", str(job.nodes)),
+        ("NODE_RANK", str(index)),
+        ("NPROC_PER_NODE", str(nprocs)),
+        ("WORLD_SIZE", str(job.world_size)),
+    ]
+    if nprocs == 1:
+        env += [("RANK", str(index)), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")]
+    if job.elastic:
+        lo, hi = job.node_bounds
+        env.append(("PET_NNODES", f"{lo}:{hi}"))
+    else:
+        env.append(("PET_NNODES", str(job.nodes)))
+    env += [
+        ("PET_NODE_RANK", str(index)),
+        ("PET_NPROC_PER_NODE", str(nprocs)),
+        ("PET_MASTER_ADDR", master),
+        ("PET_MASTER_PORT", str(job.master_port)),
+    ]
+    if job.elastic:
+        conf = [f"{k}={v}" for k, v in job.rdzv_conf]
+        env += [
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("PET_RDZV_ENDPOINT", f"{master}:{job.master_port}"),
+            ("PET_RDZV_ID", job.uid or job.name),
+            # torchrun hosts the c10d store where the endpoint names the local host; a pod's
+            # canonical name is its FQDN, so say explicitly which worker hosts it.
+            ("PET_RDZV_CONF", ",".join([f"is_host={'1' if index == 0 else '0'}", *conf])),
+        ]
+    env += [
+        (c.ENV_BACKEND, job.backend),
+        (c.ENV_JOB_NAME, job.name),
+        (c.ENV_ATTEMPT, str(attempt)),
+        ("MA_NUM_HOSTS", str(job.nodes)),
+        ("MA_NUM_GPUS", str(devices)),
+        ("MA_TASK_NAME", c.WORKER_ROLE),
+        ("MA_VJ_NAME", job.name),
+        ("VC_TASK_INDEX", str(index)),
+        ("VC_WORKER_NUM", str(job.nodes)),
+    ]
+    if job.accelerator and job.accelerator.is_ascend:
+        env.append(("HCCL_IF_BASE_PORT", str(job.accelerator.hccl_base_port)))
+        if job.accelerator.hccl_connect_timeout:
+            env.append(("HCCL_CONNECT_TIMEOUT", str(job.accelerator.hccl_connect_timeout)))
+    return env
+
+
+def defaults(job: JobSpec) -> list[tuple[str, str]]:
+    """Env the template's ``env`` may set otherwise, the same in every worker: unbuffered
+    output, and for elastic jobs torchrun's own restarts (each lost node costs every agent one)
+    and a rendezvous store set up anew each round (torch's shared store leaves a node that joins
+    a later round waiting for an address no one writes again: seen in real pods, torch 2.15)."""
+    env = [("PYTHONUNBUFFERED", "1")]
+    if job.elastic:
+        env += [
+            ("PET_MAX_RESTARTS", str(c.ELASTIC_MAX_RESTARTS)),
+            ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+        ]
+    return env
+
+
+def shared(job: JobSpec, key: str) -> bool:
+    """Whether the contract's value ``key`` is the same in every pod the job ever has."""
+    return key not in PER_WORKER and not (job.elastic and key in PER_SIZE)
+
+
+def data(job: JobSpec) -> dict[str, str]:
+    """What the job's ConfigMap of common values holds."""
+    common = {k: v for k, v in contract(job, 0) if shared(job, k)}
+    return {**common, **dict(defaults(job))}
+
+
+def build(meta: Manifest, job: JobSpec) -> Manifest:
+    """The ConfigMap (``meta``: the job's owned-object metadata, with its name)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data(job)}
+
+
+def give(trainer: Manifest, job: JobSpec, index: int, attempt: int) -> None:
+    """Give the trainer container of worker ``index`` its env: its own values first (so that the
+    template's entries may refer to them as ``$(VAR)``), the template's after, and the job's
+    common values as its last ``envFrom``. A template entry named like one of the contract's
+    (refused by the CRD; a manifest that bypassed it) is dropped, so the contract's value wins."""
+    values = contract(job, index, attempt)
+    own: list[Manifest] = [{"name": k, "value": v} for k, v in values if not shared(job, k)]
+    own.append(job_configmap.hosts_env(job_configmap.name(job.name), job.nodes))
+    taken = {k for k, _ in values} | {c.ENV_HOSTS}
+    user = [e for e in trainer.get("env") or [] if e.get("name") not in taken]
+    named = {e.get("name") for e in user}
+    own += [{"name": k, "value": v} for k, v in watchdogs.env(job) if k not in named]
+    trainer["env"] = [*own, *user]
+    ours = {"configMapRef": {"name": name(job.name)}}
+    trainer["envFrom"] = [*(trainer.get("envFrom") or []), ours]
+
+
+def reads(container: Mapping[str, Any] | None, configmap: str) -> bool:
+    """Whether ``container`` takes env from all of ConfigMap ``configmap`` (``envFrom``)."""
+    return any(
+        (e.get("configMapRef") or {}).get("name") == configmap
+        for e in (container or {}).get("envFrom") or ()
+    )
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Expand ``$(VAR)`` from ``env`` as the kubelet does: ``$$`` is a literal ``$``, and an
+    undefined ``$(VAR)`` is left as written."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        var = m.group(1)
+        return env[var] if var in env else m.group(0)
+
+    return _VAR.sub(sub, text)
+
+
+def resolve(
+    container: Mapping[str, Any],
+    configmaps: Mapping[str, Mapping[str, str]],
+    base: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], list[str]]:
+    """A container's env as the kubelet resolves it over ``base``, ``configmaps`` (name: data)
+    being the ConfigMaps it may read: ``envFrom`` in order (each prefixed as it says), then
+    ``env`` in order, each value expanded over what came before. Also what could not be resolved
+    here (a Secret, a field, a ConfigMap not given), left out."""
+    env: dict[str, str] = dict(base or {})
+    missing: list[str] = []
+    for source in container.get("envFrom") or ():
+        ref = source.get("configMapRef") or {}
+        if ref.get("name") in configmaps:
+            prefix = source.get("prefix") or ""
+            env.update({prefix + k: v for k, v in configmaps[ref["name"]].items()})
+        else:
+            missing.append(f"envFrom ConfigMap {ref.get('name')}" if ref else f"envFrom {source}")
+    for entry in container.get("env") or ():
+        if "valueFrom" not in entry:
+            env[entry["name"]] = expand(str(entry.get("value", "")), env)
+            continue
+        ref = entry["valueFrom"].get("configMapKeyRef") or {}
+        value = configmaps.get(ref.get("name", ""), {}).get(ref.get("key", ""))
+        if value is None:
+            missing.append(f"env {entry['name']} (valueFrom)")
+        else:
+            env[entry["name"]] = value
+    return env, missing
+
+
+def configmaps(job: JobSpec, attempt: int, hosts: str) -> dict[str, dict[str, str]]:
+    """The job's ConfigMaps as the operator writes them at ``attempt`` (``hosts``: the group's
+    host list), by name: what ``resolve`` reads for the job's pods."""
+    return {
+        name(job.name): data(job),
+        job_configmap.name(job.name): job_configmap.data(job.nodes, hosts, attempt),
+    }

@@ -1,0 +1,142 @@
+"""The env of a worker's trainer (``worker_env``): where each value of the contract lives, and
+that the kubelet's resolution of a pod gives every process what the contract says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddp_operator.manifests import builders, worker_env
+from ddp_operator.model import constants as c
+from ddp_operator.model.jobspec import JobSpec, resolve
+from ddp_operator.model.workers import observe
+
+from jobs import ddpjob, env_of
+
+SHAPES = {
+    "fixed": {"nodes": 3},
+    "procs": {"nodes": 2, "procsPerNode": 4},
+    "elastic": {"nodes": 3, "minNodes": 2, "maxNodes": 5, "rdzvConf": {"join_timeout": "60"}},
+    "nccl": {"nodes": 2, "backend": "nccl", "accelerator": {"resource": "nvidia.com/gpu"}},
+    "ascend": {
+        "nodes": 2,
+        "accelerator": {
+            "resource": "huawei.com/Ascend910",
+            "perNode": 8,
+            "hcclConnectTimeout": 900,
+        },
+    },
+}
+
+
+def job(**spec) -> JobSpec:
+    body = ddpjob("train", "ml", **spec)
+    body["metadata"]["uid"] = "uid-1"
+    return resolve(body)
+
+
+def full_contract(j: JobSpec, index: int, attempt: int) -> dict[str, str]:
+    """What every process of worker ``index`` is promised (the README's table)."""
+    return {
+        **dict(worker_env.contract(j, index, attempt)),
+        **dict(worker_env.defaults(j)),
+        c.ENV_HOSTS: builders.worker_hosts(j),
+    }
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
+@pytest.mark.parametrize("in_place", [False, True], ids=["recreate", "in-place"])
+def test_every_worker_resolves_to_the_whole_contract(shape: str, in_place: bool) -> None:
+    j = job(**SHAPES[shape])
+    for i in range(j.nodes):
+        for attempt in (0, 2):
+            pod = builders.build_worker_pod(j, i, attempt, in_place)
+            env = env_of(pod, j)
+            want = full_contract(j, i, attempt)
+            assert {k: env.get(k) for k in want} == want, (shape, i, attempt)
+
+
+def test_a_pod_carries_its_own_values_and_the_common_ones_come_from_one_configmap() -> None:
+    j = job(nodes=4)
+    trainer = builders.build_worker_pod(j, 1)["spec"]["containers"][0]
+    inline = [e["name"] for e in trainer["env"]]
+    assert inline == [
+        "NODE_RANK",
+        "RANK",
+        "PET_NODE_RANK",
+        c.ENV_ATTEMPT,
+        "VC_TASK_INDEX",
+        c.ENV_HOSTS,
+    ]
+    assert trainer["envFrom"] == [{"configMapRef": {"name": "train-ddp-common"}}]
+    data = worker_env.data(j)
+    assert data["MASTER_ADDR"] == "train-worker-0.train" and data["WORLD_SIZE"] == "4"
+    assert data["PYTHONUNBUFFERED"] == "1" and not set(data) & set(inline)
+    # Every key of it becomes a variable of every worker: only names of the contract.
+    assert set(data) <= set(c.RESERVED_ENV) | {k for k, _ in worker_env.defaults(j)}
+    # What each pod no longer carries (twice: the field and its managedFields entry).
+    moved = sum(len(json.dumps({"name": k, "value": v})) for k, v in data.items())
+    assert moved > 2 * len(json.dumps(trainer["env"]))
+
+
+def test_an_elastic_pod_keeps_the_values_of_the_size_it_was_created_for() -> None:
+    at3, at5 = job(**SHAPES["elastic"]), job(**{**SHAPES["elastic"], "nodes": 5})
+    # Resizing changes nothing common: a pod made at 3 reads the same ConfigMap.
+    assert worker_env.data(at3) == worker_env.data(at5)
+    assert not set(worker_env.PER_SIZE) & set(worker_env.data(at3))
+    env = {
+        e["name"]: e["value"]
+        for e in builders.build_worker_pod(at3, 2)["spec"]["containers"][0]["env"]
+        if "value" in e
+    }
+    assert (env["NNODES"], env["WORLD_SIZE"], env["VC_WORKER_NUM"]) == ("3", "3", "3")
+    assert env["PET_RDZV_CONF"] == "is_host=0,join_timeout=60"
+
+
+def test_the_templates_env_keeps_precedence_and_ours_beats_its_envfrom() -> None:
+    trainer = {
+        "name": "trainer",
+        "image": "t",
+        "envFrom": [{"configMapRef": {"name": "settings"}}],
+        "env": [
+            {"name": "PYTHONUNBUFFERED", "value": "0"},
+            {"name": "MASTER_ADDR", "value": "mine"},  # refused by the CRD; dropped here
+            {"name": "ENDPOINT", "value": "$(MASTER_ADDR):$(MASTER_PORT)"},
+        ],
+    }
+    j = job(nodes=2, template={"spec": {"containers": [trainer]}})
+    built = builders.build_worker_pod(j, 0)["spec"]["containers"][0]
+    assert built["envFrom"][0] == {"configMapRef": {"name": "settings"}}  # ours last: it wins
+    configmaps = worker_env.configmaps(j, 0, builders.worker_hosts(j))
+    configmaps["settings"] = {"MASTER_ADDR": "wrong", "LR": "0.1"}
+    env, missing = worker_env.resolve(built, configmaps)
+    assert not missing
+    assert env["MASTER_ADDR"] == "train-worker-0.train" and env["LR"] == "0.1"
+    assert env["PYTHONUNBUFFERED"] == "0" and env["ENDPOINT"] == "train-worker-0.train:29500"
+
+
+def test_resolve_follows_the_kubelet_order_and_names_what_it_cannot_read() -> None:
+    container = {
+        "envFrom": [
+            {"configMapRef": {"name": "a"}},
+            {"configMapRef": {"name": "b"}, "prefix": "B_"},
+            {"secretRef": {"name": "s"}},
+        ],
+        "env": [
+            {"name": "X", "value": "$(K)-$(B_K)-$$(K)"},
+            {"name": "K", "value": "env"},
+            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ],
+    }
+    env, missing = worker_env.resolve(container, {"a": {"K": "a"}, "b": {"K": "b"}}, {"P": "1"})
+    assert env == {"P": "1", "K": "env", "B_K": "b", "X": "a-b-$(K)"}
+    assert missing == ["envFrom {'secretRef': {'name': 's'}}", "env S (valueFrom)"]
+
+
+def test_the_operator_sees_which_pods_read_the_common_configmap() -> None:
+    j = job(nodes=2)
+    pod = builders.build_worker_pod(j, 0, 0, True)
+    pod["status"] = {"phase": "Running"}
+    seen = observe(pod)
+    assert seen is not None and seen.env_from == ("train-ddp-common",)
