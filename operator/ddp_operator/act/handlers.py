@@ -18,6 +18,7 @@ from ..api.kube import Kube
 from ..api.progress_server import TokenReviewer
 from ..api.transport import api_client
 from ..model import constants as c
+from ..model import jobspec
 from .progress_desk import ProgressDesk
 from .registry import Runners
 from .standby import standby
@@ -87,9 +88,10 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 async def job_changed(
     type: str | None, body: kopf.Body, namespace: str, name: str, **_: Any
 ) -> None:
-    """A DDPJob appeared, changed or was deleted: start, wake or stop its loop."""
+    """A DDPJob appeared, changed or was deleted: start, wake or stop its loop. One that
+    another controller manages (``spec.managedBy``, immutable) is left entirely to it."""
     key = (namespace, name)
     if type == "DELETED":
         await runners.forget(key)
-    else:
+    elif jobspec.managed_here(body):
         runners.observe(key, body)

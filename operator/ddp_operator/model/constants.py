@@ -14,6 +14,10 @@ LABEL_INDEX = f"{GROUP}/worker-index"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "ddp-operator"
+# spec.managedBy: unset or this value means this operator; any other (Kueue's MultiKueue on its
+# manager cluster: kueue.x-k8s.io/multikueue) means another controller, and this operator does
+# nothing with the job: no object, no status, no Event.
+MANAGED_BY = "ddp-operator.io/ddp-operator"
 
 # Prefix for kopf's own bookkeeping (finalizer, progress and diff-base annotations).
 FINALIZER = f"{GROUP}/finalizer"

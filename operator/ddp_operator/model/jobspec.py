@@ -158,6 +158,13 @@ class _Errors(list[str]):
         return str(value)
 
 
+def managed_here(body: Mapping[str, Any]) -> bool:
+    """Whether this operator runs the job: its ``spec.managedBy`` unset or ours
+    (``constants.MANAGED_BY``)."""
+    manager = (body.get("spec") or {}).get("managedBy")
+    return manager in (None, "", c.MANAGED_BY)
+
+
 def resolve(body: Mapping[str, Any]) -> JobSpec:
     """Resolve a DDPJob object into a JobSpec; SpecError, naming every problem, if it cannot
     be."""
