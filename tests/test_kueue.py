@@ -55,6 +55,7 @@ def test_every_worker_joins_one_group_named_after_the_job_and_its_uid() -> None:
         meta = builders.build_worker_pod(j, i)["metadata"]
         assert meta["labels"][c.KUEUE_QUEUE_LABEL] == "team-a"
         assert meta["labels"][c.KUEUE_GROUP_LABEL] == "j-01234567"
+        assert meta["labels"][c.KUEUE_INDEX_LABEL] == str(i)  # ranks in order under TAS
         assert meta["labels"][c.KUEUE_PRIORITY_LABEL] == "high"
         assert meta["annotations"][c.KUEUE_TOTAL_ANNOTATION] == "3"
     long = resolve(

@@ -229,8 +229,9 @@ def test_a_worker_failure_restarts_the_group_under_kueue(cluster: Cluster, queue
     pods.finish(cluster, ns, pod["metadata"]["name"], 1, uid=pod["metadata"]["uid"])
     jobs.wait_event(cluster, ns, "r", "WorkerFailed")
     # The same workers, attempt 1, in the same Kueue group: admitted again and run.
-    for worker in jobs.wait_running(cluster, ns, "r", 3, attempt=1):
+    for i, worker in enumerate(jobs.wait_running(cluster, ns, "r", 3, attempt=1)):
         assert worker["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"].startswith("r-")
+        assert worker["metadata"]["labels"]["kueue.x-k8s.io/pod-group-pod-index"] == str(i)
     finish_all(cluster, ns, "r", attempt=1)
     job = jobs.wait_condition(cluster, ns, "r", "Succeeded")
     assert job["status"]["restarts"] == 1

@@ -138,13 +138,18 @@ def join_gang(
         spec["schedulerName"] = scheduler_name
 
 
-def join_queue(job: JobSpec, labels: dict[str, str], annotations: dict[str, str]) -> None:
-    """Make a worker pod a member of the job's Kueue pod group: the same group name and total
-    count on every worker, so that Kueue admits (and evicts) the group whole."""
+def join_queue(
+    job: JobSpec, index: int, labels: dict[str, str], annotations: dict[str, str]
+) -> None:
+    """Make worker ``index`` a member of the job's Kueue pod group: the same group name and
+    total count on every worker, so that Kueue admits (and evicts) the group whole, and its
+    index, by which Kueue's topology-aware scheduling places ranks in order (neighbouring ranks
+    on neighbouring nodes)."""
     if job.queue is None:
         return
     labels[c.KUEUE_QUEUE_LABEL] = job.queue.name
     labels[c.KUEUE_GROUP_LABEL] = job.queue.group
+    labels[c.KUEUE_INDEX_LABEL] = str(index)
     if job.queue.priority_class:
         labels[c.KUEUE_PRIORITY_LABEL] = job.queue.priority_class
     annotations[c.KUEUE_TOTAL_ANNOTATION] = str(job.nodes)
@@ -173,7 +178,7 @@ def build_worker_pod(
     if job.scheduler_name:
         pod_spec["schedulerName"] = job.scheduler_name
     join_gang(job, labels, annotations, pod_spec)
-    join_queue(job, labels, annotations)
+    join_queue(job, index, labels, annotations)
 
     at = trainer_index(pod_spec)
     trainer = pod_spec["containers"][at]

@@ -109,6 +109,8 @@ GANG_SCHEDULER_NAMES = {
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+# Each worker's index in the group: Kueue's topology-aware scheduling places ranks in its order.
+KUEUE_INDEX_LABEL = "kueue.x-k8s.io/pod-group-pod-index"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"  # set by Kueue's webhook on pods it manages
