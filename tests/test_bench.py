@@ -234,8 +234,9 @@ def test_raw_creates_exactly_the_pods_the_operator_creates_here():
         assert names == ["trainer", "ddp-attempt-watch"]
     objs = objects("j", "ns", 3)
     configmaps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
-    assert set(configmaps) == {"j-ddp-env", "j-ddp-common"}  # the ones the pods read
-    assert configmaps["j-ddp-common"]["data"]["MASTER_ADDR"] == "j-worker-0.j"
+    common = pods[0]["spec"]["containers"][0]["envFrom"][-1]["configMapRef"]["name"]
+    assert set(configmaps) == {"j-ddp-env", common}  # the ones the pods read
+    assert configmaps[common]["data"]["MASTER_ADDR"] == "j-worker-0.j"
 
 
 def test_s9s_schedule_is_the_seeds_one_failure_per_attempt_each_reachable():

@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client import ApiException, V1ConfigMap
 from test_ownership import blocked
 
-from ddp_operator.manifests import builders, job_configmap
+from ddp_operator.manifests import builders, job_configmap, worker_env
 from ddp_operator.model.jobspec import resolve
 
 from harness import jobs, pods
@@ -95,20 +95,22 @@ def test_a_foreign_configmap_is_reported_and_never_adopted(
 def test_a_foreign_configmap_of_common_values_is_a_name_conflict(
     cluster: Cluster, namespace: str
 ) -> None:
+    manifest = ddpjob("cmc", namespace, nodes=2)
+    name = worker_env.name(resolve(manifest))  # named after its content: known before
     cluster.core.create_namespaced_config_map(
-        namespace, {"metadata": {"name": "cmc-ddp-common"}, "data": {"MASTER_ADDR": "elsewhere"}}
+        namespace, {"metadata": {"name": name}, "data": {"MASTER_ADDR": "elsewhere"}}
     )
-    jobs.apply(cluster, ddpjob("cmc", namespace, nodes=2))
+    jobs.apply(cluster, manifest)
     cond = blocked(cluster, namespace, "cmc", "NameConflict")
-    assert "ConfigMap cmc-ddp-common" in cond["message"], cond
+    assert f"ConfigMap {name}" in cond["message"], cond
     assert workers(cluster, namespace, "cmc") == []  # no pod would read another's values
-    still = _configmap(cluster, namespace, "cmc-ddp-common")
+    still = _configmap(cluster, namespace, name)
     assert still.data == {"MASTER_ADDR": "elsewhere"} and not still.metadata.owner_references
-    cluster.core.delete_namespaced_config_map("cmc-ddp-common", namespace)
+    cluster.core.delete_namespaced_config_map(name, namespace)
     wait_running(cluster, namespace, "cmc", 2)
-    mine = _configmap(cluster, namespace, "cmc-ddp-common")
+    mine = _configmap(cluster, namespace, name)
     assert mine.metadata.owner_references[0].kind == "DDPJob"
-    assert mine.data["MASTER_ADDR"] == "cmc-worker-0.cmc"
+    assert mine.data["MASTER_ADDR"] == "cmc-worker-0.cmc" and mine.immutable
 
 
 def test_a_users_configmap_named_after_the_job_is_left_alone(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from ddp_operator.decide import owned
 from ddp_operator.decide.conditions import Conditions, condition
+from ddp_operator.manifests import worker_env
 from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import resolve
 from ddp_operator.model.workers import WorkerPod
@@ -77,24 +78,19 @@ def test_missing_and_changed_objects_and_the_patch_that_puts_one_back() -> None:
     assert c.ENV_ATTEMPT not in changed["ConfigMap"]["data"]
 
 
-def test_the_common_values_are_declared_once_a_pod_reads_them_and_kept_exact() -> None:
+def test_the_common_values_are_declared_while_a_pod_reads_them() -> None:
     j = job()
+    common = worker_env.name(j)
     made_before = [WorkerPod("train-worker-0", 0, 0)]  # by an operator without them
-    assert ("ConfigMap", "train-ddp-common") not in {
-        d.key for d in owned.declared(j, 0, False, {}, made_before)
-    }
-    reader = [WorkerPod("train-worker-0", 0, 0, env_from=("train-ddp-common",))]
+    assert all(d.name != common for d in owned.declared(j, 0, False, {}, made_before))
+    reader = [WorkerPod("train-worker-0", 0, 0, env_from=(common,))]
     want = owned.declared(j, 0, False, {}, reader)
-    assert [d.key for d in want][-1] == ("ConfigMap", "train-ddp-common")
+    assert [d.key for d in want][-1] == ("ConfigMap", common)
+    assert want[-1].manifest["immutable"] is True
     seen = observed(want)
-    common = seen[("ConfigMap", "train-ddp-common")]
-    common["data"]["MASTER_PORT"] = "1234"  # edited by hand
-    common["data"]["INJECTED"] = "1"  # would reach every worker: taken out
-    (d, patch), = owned.review(want, seen, "u-1").changed  # fmt: skip
-    assert d.name == "train-ddp-common"
-    assert patch["data"]["MASTER_PORT"] == "29500" and patch["data"]["INJECTED"] is None
-    del seen[("ConfigMap", "train-ddp-common")]
-    assert [d.name for d in owned.review(want, seen, "u-1").missing] == ["train-ddp-common"]
+    assert owned.review(want, seen, "u-1").changed == []
+    del seen[("ConfigMap", common)]
+    assert [d.name for d in owned.review(want, seen, "u-1").missing] == [common]
 
 
 def test_a_selector_is_exact_and_put_back_whole() -> None:

@@ -65,5 +65,6 @@ def test_every_process_reads_every_variable_of_the_contract(
             "LR": "0.1",
         }
         assert {k: seen.get(k) for k in want} == want, f"worker {i}"
-    common = cluster.core.read_namespaced_config_map(worker_env.name("envs"), namespace)
+    common = cluster.core.read_namespaced_config_map(worker_env.name(job), namespace)
     assert common.metadata.owner_references[0].uid == done["metadata"]["uid"]
+    assert common.immutable and common.data == worker_env.data(job)

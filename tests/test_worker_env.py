@@ -4,6 +4,7 @@ that the kubelet's resolution of a pod gives every process what the contract say
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_a_pod_carries_its_own_values_and_the_common_ones_come_from_one_configma
     j = job(nodes=4)
     trainer = builders.build_worker_pod(j, 1)["spec"]["containers"][0]
     inline = [e["name"] for e in trainer["env"]]
-    assert inline == [
+    assert inline[:6] == [
         "NODE_RANK",
         "RANK",
         "PET_NODE_RANK",
@@ -69,15 +70,31 @@ def test_a_pod_carries_its_own_values_and_the_common_ones_come_from_one_configma
         "VC_TASK_INDEX",
         c.ENV_HOSTS,
     ]
-    assert trainer["envFrom"] == [{"configMapRef": {"name": "train-ddp-common"}}]
+    assert inline[-1] == "PYTHONUNBUFFERED"  # a default: hidden by a template entry as before
+    (ours,) = trainer["envFrom"]
+    assert ours == {"configMapRef": {"name": worker_env.name(j)}}
+    assert worker_env.name(j).startswith("train-ddp-common-")
     data = worker_env.data(j)
     assert data["MASTER_ADDR"] == "train-worker-0.train" and data["WORLD_SIZE"] == "4"
-    assert data["PYTHONUNBUFFERED"] == "1" and not set(data) & set(inline)
+    assert not set(data) & set(inline)
     # Every key of it becomes a variable of every worker: only names of the contract.
-    assert set(data) <= set(c.RESERVED_ENV) | {k for k, _ in worker_env.defaults(j)}
+    assert set(data) <= set(c.RESERVED_ENV)
     # What each pod no longer carries (twice: the field and its managedFields entry).
     moved = sum(len(json.dumps({"name": k, "value": v})) for k, v in data.items())
     assert moved > 2 * len(json.dumps(trainer["env"]))
+
+
+def test_the_configmap_is_named_after_its_content_and_immutable() -> None:
+    j = job(nodes=4)
+    built = worker_env.build({"name": worker_env.name(j)}, j)
+    assert built["immutable"] is True and built["data"] == worker_env.data(j)
+    assert worker_env.name(j) == worker_env.name(job(nodes=4))  # the same values, the same name
+    for other in (job(nodes=5), job(nodes=4, masterPort=29501), job(nodes=4, backend="nccl")):
+        assert worker_env.name(other) != worker_env.name(j)
+    # An elastic job's common values do not depend on its size: one ConfigMap at every size.
+    assert worker_env.name(job(**SHAPES["elastic"])) == worker_env.name(
+        job(**{**SHAPES["elastic"], "nodes": 4})
+    )
 
 
 def test_an_elastic_pod_keeps_the_values_of_the_size_it_was_created_for() -> None:
@@ -139,4 +156,7 @@ def test_the_operator_sees_which_pods_read_the_common_configmap() -> None:
     pod = builders.build_worker_pod(j, 0, 0, True)
     pod["status"] = {"phase": "Running"}
     seen = observe(pod)
-    assert seen is not None and seen.env_from == ("train-ddp-common",)
+    assert seen is not None and seen.env_from == (worker_env.name(j),)
+    assert worker_env.read_by(j, [seen])
+    assert not worker_env.read_by(j, [replace(seen, deleting=True)])
+    assert not worker_env.read_by(job(nodes=3), [seen])  # another content, another name

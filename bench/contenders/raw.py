@@ -27,7 +27,7 @@ def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
     )
     meta = builders.job_object_meta(job, job_configmap.name(name))
     configmap = job_configmap.build(meta, nodes, builders.worker_hosts(job), 0)
-    common = worker_env.build(builders.job_object_meta(job, worker_env.name(name)), job)
+    common = worker_env.build(builders.job_object_meta(job, worker_env.name(job)), job)
     objs = [builders.build_service(job), configmap, common]
     in_place = job.restart_strategy == c.RESTART_IN_PLACE
     objs += [

@@ -84,9 +84,7 @@ async def create_group(
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
     attempt = int(first["metadata"]["labels"][c.LABEL_ATTEMPT])
-    found = await give_env(kube, job, attempt, legacy) and found
-    common = worker_env.build(builders.job_object_meta(job, worker_env.name(job.name)), job)
-    found = await _give(kube, job, common, "its common values") and found
+    found = await give_env(kube, job, attempt, legacy, common=True) and found
     if policy:
         manifest, name = netpol.build_network_policy(job), netpol.name(job)
         if not await step(
@@ -109,12 +107,15 @@ async def create_group(
     return created, found
 
 
-async def give_env(kube: Kube, job: JobSpec, attempt: int, legacy: bool = False) -> bool:
+async def give_env(
+    kube: Kube, job: JobSpec, attempt: int, legacy: bool = False, common: bool = False
+) -> bool:
     """Have the job's ConfigMap (``job_configmap``), and the legacy one if ``legacy`` (a pod of
     the job reads it), hold the host list of the group's size and say ``attempt`` (created if
-    missing, else changed), before a pod that reads it is created or told its next attempt:
-    their containers take them as they start. False if one went meanwhile (the next pass
-    creates it)."""
+    missing, else changed), and if ``common``, have its ConfigMap of common values
+    (``worker_env``: created if missing; immutable, named after its content, nothing to give),
+    before a pod that reads them is created or told its next attempt: their containers take
+    them as they start. False if one went meanwhile (the next pass creates it)."""
     hosts = builders.worker_hosts(job)
     names = [job_configmap.name(job.name)]
     if legacy:
@@ -123,13 +124,17 @@ async def give_env(kube: Kube, job: JobSpec, attempt: int, legacy: bool = False)
     for name in names:
         meta = builders.job_object_meta(job, name)
         manifest = job_configmap.build(meta, job.nodes, hosts, attempt)
-        found = await _give(kube, job, manifest, f"attempt {attempt}") and found
+        found = await _give(kube, job, manifest, attempt) and found
+    if common:
+        name = worker_env.name(job)
+        manifest = worker_env.build(builders.job_object_meta(job, name), job)
+        if not await step(f"creating ConfigMap {name}", kube.create_configmap(manifest)):
+            found = await check_owner(kube, job, "ConfigMap", name) and found
     return found
 
 
-async def _give(kube: Kube, job: JobSpec, manifest: Manifest, what_data: str) -> bool:
-    """Create the ConfigMap ``manifest``, or give its data (``what_data``, said in an error) to
-    the job's existing one."""
+async def _give(kube: Kube, job: JobSpec, manifest: Manifest, attempt: int) -> bool:
+    """Create the ConfigMap ``manifest``, or give its data to the job's existing one."""
     name = manifest["metadata"]["name"]
     what = f"ConfigMap {name}"
     for _ in range(2):  # once more if it went between the two calls
@@ -139,7 +144,7 @@ async def _give(kube: Kube, job: JobSpec, manifest: Manifest, what_data: str) ->
         if meta is not None:
             uid = str(meta.get("uid"))
             patched = kube.patch_configmap(job.namespace, name, uid, manifest["data"])
-            return await step(f"giving {what_data} to {what}", patched)
+            return await step(f"giving attempt {attempt} to {what}", patched)
     return False
 
 

@@ -26,7 +26,7 @@ from ..decide import pacing, progress_report, reconcile
 from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
-from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_pod
+from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_pod, worker_env
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
 from . import claims, kueue_steps, owned_steps, stalls
@@ -290,7 +290,8 @@ class JobRunner:
         # After the status that records the attempt (a crash cannot lose it), or the end; the
         # attempt in the job's ConfigMap first (``inplace_pod``: where DDP_ATTEMPT comes from).
         legacy = job_configmap.legacy_in_use(job.name, plan.own)
-        if plan.tell and not await claims.give_env(self.kube, job, plan.attempt, legacy):
+        common = worker_env.read_by(job, plan.own)
+        if plan.tell and not await claims.give_env(self.kube, job, plan.attempt, legacy, common):
             self.wake.set()  # gone meanwhile: the next pass creates it, then tells
             plan.tell = []
         await all_steps(self._marks(job, plan))

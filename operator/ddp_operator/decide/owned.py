@@ -1,4 +1,4 @@
-"""What a running job owns besides its pods (its Service, ConfigMap, NetworkPolicy, gang
+"""What a running job owns besides its pods (its Service, ConfigMaps, NetworkPolicy, gang
 objects), as declared, against what the operator's watch of them shows: which are missing,
 which were changed by hand, and how the job tells of it. Pure: the job loop acts
 (``act/owned_steps``), the watch observes (``api/ownedwatch``).
@@ -41,7 +41,6 @@ class Declared:
 
     api: Api
     manifest: Mapping[str, Any]
-    exact: frozenset[str] = EXACT  # maps kept with no key beyond those declared
 
     @property
     def kind(self) -> str:
@@ -60,7 +59,7 @@ class Declared:
 
     @property
     def fields(self) -> dict[str, Any]:
-        """What is kept as declared: labels, and spec (a ConfigMap: its host list; its
+        """What is kept as declared: labels, and spec (a ConfigMap: its data; the job's
         ``DDP_ATTEMPT`` is the loop's to move, after the status that records it)."""
         labels = {"metadata": {"labels": dict(self.manifest["metadata"]["labels"])}}
         if self.kind == "ConfigMap":
@@ -86,16 +85,14 @@ def declared(
     """The objects the job owns, its ConfigMap saying ``attempt`` (the one its status records:
     a ConfigMap created again never runs ahead of it); ``policy``: it is isolated;
     ``first_pod``: its worker 0, for a gang's resources; ``own``: its pods, whose reading of
-    the ConfigMap of common values (``worker_env``) declares it (pods made by an operator
-    before it read none)."""
+    its ConfigMap of common values (``worker_env``; immutable, so never changed by hand)
+    declares it (pods made by an operator before it read none, or another one)."""
     meta = builders.job_object_meta(job, job_configmap.name(job.name))
     env = job_configmap.build(meta, job.nodes, builders.worker_hosts(job), attempt)
     out = [Declared(SERVICE, builders.build_service(job)), Declared(CONFIGMAP, env)]
-    common = worker_env.name(job.name)
-    if any(common in p.env_from for p in own):
-        meta = builders.job_object_meta(job, common)
-        # Every key of it is a variable of every worker: one added by hand is taken out too.
-        out.append(Declared(CONFIGMAP, worker_env.build(meta, job), EXACT | {"data"}))
+    if worker_env.read_by(job, own):
+        meta = builders.job_object_meta(job, worker_env.name(job))
+        out.append(Declared(CONFIGMAP, worker_env.build(meta, job)))
     if policy:
         out.append(Declared(netpol.API, netpol.build_network_policy(job)))
     for obj in gang.group_objects(job, first_pod):
@@ -103,36 +100,31 @@ def declared(
     return out
 
 
-def covers(want: Any, seen: Any, key: str = "", exact: frozenset[str] = EXACT) -> bool:
-    """Whether ``seen`` holds what ``want`` declares: every declared key (an ``exact`` map, a
+def covers(want: Any, seen: Any, key: str = "") -> bool:
+    """Whether ``seen`` holds what ``want`` declares: every declared key (an exact map, a
     selector, no other), lists of the same length item by item, scalars equal."""
     if isinstance(want, Mapping):
-        if not isinstance(seen, Mapping) or (key in exact and set(seen) - set(want)):
+        if not isinstance(seen, Mapping) or (key in EXACT and set(seen) - set(want)):
             return False
-        return all(covers(v, seen.get(k), k, exact) for k, v in want.items())
+        return all(covers(v, seen.get(k), k) for k, v in want.items())
     if isinstance(want, list):
         return (
             isinstance(seen, list)
             and len(want) == len(seen)
-            and all(covers(w, s, exact=exact) for w, s in zip(want, seen, strict=True))
+            and all(covers(w, s) for w, s in zip(want, seen, strict=True))
         )
     return want == seen
 
 
-def put_back(
-    want: Mapping[str, Any],
-    seen: Mapping[str, Any] | None,
-    key: str = "",
-    exact: frozenset[str] = EXACT,
-) -> Any:
-    """The merge patch that makes ``seen`` hold ``want`` again (an ``exact`` map's extra keys
+def put_back(want: Mapping[str, Any], seen: Mapping[str, Any] | None, key: str = "") -> Any:
+    """The merge patch that makes ``seen`` hold ``want`` again (an exact map's extra keys
     removed; lists replaced whole, as a merge patch does)."""
     patch: dict[str, Any] = {}
-    if key in exact and isinstance(seen, Mapping):
+    if key in EXACT and isinstance(seen, Mapping):
         patch = {k: None for k in seen if k not in want}
     for k, v in want.items():
         inner = seen.get(k) if isinstance(seen, Mapping) else None
-        patch[k] = put_back(v, inner, k, exact) if isinstance(v, Mapping) else v
+        patch[k] = put_back(v, inner, k) if isinstance(v, Mapping) else v
     return patch
 
 
@@ -162,8 +154,8 @@ def review(want: Iterable[Declared], seen: Mapping[Name, Mapping[str, Any]], uid
             continue
         if not controlled_by(obj, uid):
             continue
-        if not covers(d.fields, obj, exact=d.exact):
-            out.changed.append((d, put_back(d.fields, obj, exact=d.exact)))
+        if not covers(d.fields, obj):
+            out.changed.append((d, put_back(d.fields, obj)))
     return out
 
 

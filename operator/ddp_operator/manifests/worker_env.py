@@ -1,36 +1,43 @@
 """The env of a worker's trainer container: the contract (the README's table) and where each
 value lives. Pure.
 
-The values that are the same in every worker of the job (``MASTER_ADDR``, ``NNODES``,
-``PET_MASTER_PORT``, ``MA_VJ_NAME``, ..., and our defaults such as ``PYTHONUNBUFFERED``) come
-from one ConfigMap of the job, ``<job>-ddp-common``, by ``envFrom``; a pod carries only its own
-(ranks, attempt) and the reference to its group's host list (``job_configmap``). Each value
-written into every pod cost the API server twice (the field and its ``managedFields`` entry:
-5.4 KB of an 11 KB pod) and every watcher once, which made a group of 2048 slower to create
-than JobSet's (bench/README.md, S5).
+The contract's values that are the same in every worker of the job (``MASTER_ADDR``, ``NNODES``,
+``PET_MASTER_PORT``, ``MA_VJ_NAME``, ...) come from one ConfigMap of the job by ``envFrom``; a pod
+carries only its own (ranks, attempt), the reference to its group's host list
+(``job_configmap``) and our defaults. Each value written into every pod cost the API server
+twice (the field and its ``managedFields`` entry: 5.4 KB of an 11 KB pod) and every watcher
+once, which made a group of 2048 slower to create than JobSet's (bench/README.md, S5).
 
 Scripts see what they saw: the kubelet gives a container's ``env`` precedence over its
-``envFrom``, and a later ``envFrom`` over an earlier one. So the template's ``env`` keeps
-precedence (the CRD refuses the contract's names there; our defaults yield to it), and ours, the
-last ``envFrom``, wins over the template's own ``envFrom`` as our ``env`` entries did.
+``envFrom``, and a later ``envFrom`` over an earlier one, so ours, the last ``envFrom``, wins
+over the template's own ``envFrom`` as our ``env`` entries did; the contract's names are refused
+in the template's ``env`` (the CRD). Our defaults (``PYTHONUNBUFFERED``, ...) stay in the pod, so
+that a template entry of the same name hides them exactly as before, even one that resolves to
+nothing.
 
-Only values that never change in the job's life are shared: they come from fields that cannot be
-changed (procsPerNode, backend, masterPort, accelerator, the name). An elastic job's
-size (``NNODES``, ``WORLD_SIZE``, ``MA_NUM_HOSTS``, ``VC_WORKER_NUM``) stays in each pod, so a pod
-keeps the values of the size it was created for, as do the NCCL watchdogs' settings (from
-``stallDetection``, which may change). The ConfigMap is the job's like its other objects: created
-before the first pod that reads it, put back if deleted or changed (``decide/owned``), a
-NameConflict if another owns its name (``act/claims``).
+The ConfigMap is named after its content, ``<job>-ddp-common-<digest>``, and immutable: a pod
+reads the values it was created with, whatever a later build of the operator would write (a new
+build with other values makes another for the groups it creates); nobody can edit it, and the
+kubelet need not watch it. Only values that never change in the job's life are shared (from
+fields that cannot change: procsPerNode, backend, masterPort, accelerator, the name); an elastic
+job's size (``NNODES``, ``WORLD_SIZE``, ``MA_NUM_HOSTS``, ``VC_WORKER_NUM``) stays in each pod,
+which keeps the values of the size it was created for. The ConfigMap is the job's like its other
+objects: created before a pod that reads it is created or restarted in place, created again if
+deleted while the job runs (``decide/owned``), a NameConflict if another owns its name
+(``act/claims``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec
+from ..model.workers import WorkerPod
 from . import job_configmap, watchdogs
 from .names import master_addr
 
@@ -44,9 +51,11 @@ PER_SIZE = frozenset({"NNODES", "WORLD_SIZE", "MA_NUM_HOSTS", "VC_WORKER_NUM"})
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
-def name(job: str) -> str:
-    """The name of job ``job``'s ConfigMap of common values: ``<job>-ddp-common``."""
-    return f"{job}{SUFFIX}"
+def name(job: JobSpec) -> str:
+    """The name of the job's ConfigMap of common values: ``<job>-ddp-common-<digest>``, the
+    digest of what it holds (``data``)."""
+    content = json.dumps(sorted(data(job).items()), separators=(",", ":")).encode()
+    return f"{job.name}{SUFFIX}-{hashlib.sha256(content).hexdigest()[:10]}"
 
 
 def contract(job: JobSpec, index: int, attempt: int = 0) -> list[tuple[str, str]]:
@@ -125,38 +134,44 @@ def shared(job: JobSpec, key: str) -> bool:
 
 def data(job: JobSpec) -> dict[str, str]:
     """What the job's ConfigMap of common values holds."""
-    common = {k: v for k, v in contract(job, 0) if shared(job, k)}
-    return {**common, **dict(defaults(job))}
+    return {k: v for k, v in contract(job, 0) if shared(job, k)}
 
 
 def build(meta: Manifest, job: JobSpec) -> Manifest:
-    """The ConfigMap (``meta``: the job's owned-object metadata, with its name)."""
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data(job)}
+    """The ConfigMap (``meta``: the job's owned-object metadata, named ``name(job)``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": data(job),
+        "immutable": True,
+    }
 
 
 def give(trainer: Manifest, job: JobSpec, index: int, attempt: int) -> None:
-    """Give the trainer container of worker ``index`` its env: its own values first (so that the
-    template's entries may refer to them as ``$(VAR)``), the template's after, and the job's
-    common values as its last ``envFrom``. A template entry named like one of the contract's
-    (refused by the CRD; a manifest that bypassed it) is dropped, so the contract's value wins."""
+    """Give the trainer container of worker ``index`` its env: its own values and our defaults
+    first (so that the template's entries may refer to them as ``$(VAR)``; a default the
+    template names is left out), the template's after, and the job's common values as its last
+    ``envFrom``. A template entry named like one of the contract's (refused by the CRD; a
+    manifest that bypassed it) is dropped, so the contract's value wins."""
     values = contract(job, index, attempt)
     own: list[Manifest] = [{"name": k, "value": v} for k, v in values if not shared(job, k)]
     own.append(job_configmap.hosts_env(job_configmap.name(job.name), job.nodes))
     taken = {k for k, _ in values} | {c.ENV_HOSTS}
     user = [e for e in trainer.get("env") or [] if e.get("name") not in taken]
     named = {e.get("name") for e in user}
-    own += [{"name": k, "value": v} for k, v in watchdogs.env(job) if k not in named]
+    settable = [*defaults(job), *watchdogs.env(job)]
+    own += [{"name": k, "value": v} for k, v in settable if k not in named]
     trainer["env"] = [*own, *user]
-    ours = {"configMapRef": {"name": name(job.name)}}
+    ours = {"configMapRef": {"name": name(job)}}
     trainer["envFrom"] = [*(trainer.get("envFrom") or []), ours]
 
 
-def reads(container: Mapping[str, Any] | None, configmap: str) -> bool:
-    """Whether ``container`` takes env from all of ConfigMap ``configmap`` (``envFrom``)."""
-    return any(
-        (e.get("configMapRef") or {}).get("name") == configmap
-        for e in (container or {}).get("envFrom") or ()
-    )
+def read_by(job: JobSpec, pods: Iterable[WorkerPod]) -> bool:
+    """Whether one of the job's ``pods`` not being deleted reads its ConfigMap of common values
+    as this build names it: a container of it may (re)start and read it."""
+    common = name(job)
+    return any(common in p.env_from and not p.deleting for p in pods)
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -207,6 +222,6 @@ def configmaps(job: JobSpec, attempt: int, hosts: str) -> dict[str, dict[str, st
     """The job's ConfigMaps as the operator writes them at ``attempt`` (``hosts``: the group's
     host list), by name: what ``resolve`` reads for the job's pods."""
     return {
-        name(job.name): data(job),
+        name(job): data(job),
         job_configmap.name(job.name): job_configmap.data(job.nodes, hosts, attempt),
     }

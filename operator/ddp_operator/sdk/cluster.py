@@ -239,7 +239,7 @@ class Client:
         self._suspend(name, False)
 
     def delete(self, name: str) -> None:
-        """Delete the job; its pods, Service and ConfigMap go with it."""
+        """Delete the job; its pods, Service and ConfigMaps go with it."""
         self._jobs("delete_namespaced_custom_object", name)
         if name in self.submitted:
             self.submitted.remove(name)
