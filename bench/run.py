@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from s5_alone import s5_alone
+
 from cluster import CONCURRENCY, RESULTS, ROOT, Cluster, log
 from contenders.base import Contender
 from contenders.jobset import JobSet
@@ -186,6 +188,9 @@ def main() -> int:
         f"(of {', '.join(CONFIGS)}; default: the run's own: --quick's defaults, else all)",
     )
     parser.add_argument("--s7-only", action="store_true", help="run S7 (recovery, real node) alone")
+    parser.add_argument(
+        "--s5-only", action="store_true", help="run S5 (2048 workers; raw, ours, JobSet) alone"
+    )
     args = parser.parse_args()
     s9_configs = tuple(w for w in (args.s9_only or "").split(",") if w) or None
     if unknown := set(s9_configs or ()) - set(CONFIGS):
@@ -209,6 +214,9 @@ def main() -> int:
         return s9_alone(cluster, pool, args.quick, s9_configs)
     if args.s7_only:
         return s7_alone(cluster, pool)
+    if args.s5_only:
+        cluster.bench_nodes()
+        return s5_alone(cluster, pool, sizes["s5_nodes"])
     cluster.bench_nodes()
     res: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
