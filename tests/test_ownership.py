@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from ddp_operator.manifests import worker_env
+from ddp_operator.model.jobspec import resolve
+
 from harness import faults, jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
@@ -104,12 +107,15 @@ def test_a_recreated_job_never_counts_orphaned_pods(cluster: Cluster, namespace:
     for w in workers(cluster, namespace, "again"):
         pods.delete(cluster, namespace, w["metadata"]["name"])
     cond = blocked(cluster, namespace, "again", "NameConflict")
-    # Nor are the orphaned ConfigMap (in-place pods take DDP_ATTEMPT from it) and NetworkPolicy:
-    # each is named in turn, and nothing runs until it is gone.
+    # Nor are the orphaned ConfigMaps (in-place pods take DDP_ATTEMPT from one, every pod its
+    # common values from the other: the same name, for the same values) and NetworkPolicy: each
+    # is named in turn, and nothing runs until it is gone.
     networking = client.NetworkingV1Api(cluster.api)
+    common = worker_env.name(resolve(ddpjob("again", namespace, nodes=2)))
     for kind, name, delete in (
         ("Service", "again", cluster.core.delete_namespaced_service),
         ("ConfigMap", "again-ddp-env", cluster.core.delete_namespaced_config_map),
+        ("ConfigMap", common, cluster.core.delete_namespaced_config_map),
         ("NetworkPolicy", "again-ddp-isolation", networking.delete_namespaced_network_policy),
     ):
         wait_for(
