@@ -9,13 +9,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv lint docs docs-serve format unit test cluster-up cluster-down cluster-status demo clean kind-up e2e \
+.PHONY: help venv lint docs docs-serve format unit test cluster-up cluster-down cluster-status multikueue-up demo clean kind-up e2e \
 	bench bench-quick bench-gang chaos prereqs-demo prereqs-test prereqs-cluster
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
 	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
+	@echo "make multikueue-up  a second local cluster (MultiKueue's worker), Kueue on both, connected"
 	@echo "make docs | docs-serve  the documentation site (docs/): built strictly into .site/, or served"
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
 	@echo "make bench-gang            what gang scheduling costs (64-worker job, each mode vs none)"
@@ -78,6 +79,11 @@ cluster-down:
 
 cluster-status:
 	hack/cluster/cluster.sh status
+
+# MultiKueue for real: the local cluster as manager, a second one as worker (cluster-down takes
+# both down); docs/tasks/multikueue.md.
+multikueue-up: cluster-up
+	hack/cluster/multikueue.sh up
 
 demo: prereqs-demo $(STAMP)
 	hack/demo.sh

@@ -8,6 +8,7 @@ it takes the real node down).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import config as k8s_config
 
 from harness import nodes, pods, realnode
 from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, wait_for
@@ -26,7 +28,10 @@ from harness.operator import OperatorProcess
 KUEUE_SH = ROOT / "hack" / "cluster" / "kueue.sh"
 COSCHEDULING_SH = ROOT / "hack" / "cluster" / "coscheduling.sh"
 VOLCANO_SH = ROOT / "hack" / "cluster" / "volcano.sh"
-LATE = ("coscheduling", "volcano", "kueue")  # fixtures whose programs make test builds meanwhile
+MULTIKUEUE_SH = ROOT / "hack" / "cluster" / "multikueue.sh"
+WORKER_KUBECONFIG = ROOT / ".cluster" / "peers" / "worker" / "kubeconfig"
+# Fixtures whose programs make test builds meanwhile.
+LATE = ("coscheduling", "volcano", "kueue", "multikueue")
 
 # Per test session, so that sessions sharing one cluster (and their operators) never meet.
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
@@ -190,6 +195,23 @@ def kueue(cluster: Cluster) -> None:
 
 
 @pytest.fixture(scope="session")
+def multikueue(cluster: Cluster, crd: str) -> Iterator[Cluster]:
+    """A second local cluster, MultiKueue's worker (hack/cluster/multikueue.sh: its own control
+    plane and kwok nodes, Kueue on both, MultiKueue connected), with an operator of its own
+    watching the tests' namespaces: the worker cluster."""
+    if not cluster.local:
+        pytest.skip("brings up a second local cluster beside the local one (multikueue.sh)")
+    subprocess.run([str(MULTIKUEUE_SH), "up"], check=True)
+    api = k8s_config.new_client_from_config(config_file=str(WORKER_KUBECONFIG))
+    worker = Cluster(kubeconfig=WORKER_KUBECONFIG, local=True, started_here=False, api=api)
+    try:
+        with _operator_on(worker):
+            yield worker
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
 def coscheduling(cluster: Cluster) -> None:
     """scheduler-plugins' scheduler with Coscheduling, as scheduler-plugins-scheduler, and its
     PodGroup CRD."""
@@ -205,6 +227,13 @@ def volcano(cluster: Cluster) -> None:
 @pytest.fixture(scope="session")
 def operator(cluster: Cluster, crd: str) -> Iterator[OperatorProcess]:
     """One operator process for the session, watching the tests' namespaces."""
+    with _operator_on(cluster) as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def _operator_on(cluster: Cluster) -> Iterator[OperatorProcess]:
+    """An operator process watching the tests' namespaces of ``cluster``, ready."""
     proc = OperatorProcess(cluster, f"{TEST_NS_PREFIX}*").start()
     try:
         proc.wait_ready()

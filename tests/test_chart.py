@@ -211,7 +211,7 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
     assert can_i("create", "podgroups.scheduling.k8s.io", "-n", namespace)  # gang scheduling
     assert can_i("create", "workloads.scheduling.k8s.io", "-n", namespace)
 
-    # Why Kueue holds a group: its Workload, read only. Asked of the authorizer itself: kubectl
+    # Why Kueue holds a group: its Workload. Asked of the authorizer itself: kubectl
     # resolves a resource through discovery, and Kueue's API may not be served here yet.
     def kueue_may(verb: str) -> bool:
         spec = {
@@ -227,7 +227,9 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
         review = client.AuthorizationV1Api(cluster.api).create_subject_access_review({"spec": spec})
         return bool(review.status.allowed)
 
-    assert kueue_may("get") and not kueue_may("update") and not kueue_may("list")
+    # Its job-level Workloads (MultiKueue): made, adopted, watched; never updated or deleted.
+    assert all(kueue_may(v) for v in ("get", "list", "watch", "create", "patch"))
+    assert not kueue_may("update") and not kueue_may("delete")
     for denied in (
         ("get", "secrets", "-n", namespace),
         ("list", "secrets", "-A"),
@@ -370,3 +372,23 @@ def test_service_monitor_and_dashboard_are_off_by_default_and_render_when_asked(
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = (CHART / "dashboards" / "ddp-operator.json").read_text()
     assert json.loads(board["data"]["ddp-operator.json"]) == json.loads(shipped)
+
+
+def test_multikueue_rbac_for_kueue_is_off_by_default_and_bound_to_kueue_when_asked() -> None:
+    assert not [d for d in render() if d["metadata"]["name"].endswith("-multikueue")]
+    docs = render("kueue.multiKueue.enabled=true")
+    role = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-multikueue")
+    )
+    rules = {tuple(r["resources"]): set(r["verbs"]) for r in role["rules"]}
+    assert rules[("ddpjobs",)] >= {"get", "list", "watch", "create", "delete", "patch"}
+    assert rules[("ddpjobs/status",)] >= {"patch", "update"}
+    binding = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"].endswith("-multikueue")
+    )
+    (subject,) = binding["subjects"]
+    assert (subject["name"], subject["namespace"]) == ("kueue-controller-manager", "kueue-system")

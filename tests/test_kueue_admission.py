@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness import jobs, pods
+from harness import kueue as kq
 from harness.cluster import Cluster, wait_for
 from jobs import ddpjob
 
@@ -24,13 +25,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GATE = "kueue.x-k8s.io/admission"
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-
-
-def kueue_object(cluster: Cluster, kind: str, name: str, spec: dict, ns: str | None = None) -> None:
-    meta: dict[str, Any] = {"name": name, **({"namespace": ns} if ns else {})}
-    manifest = {"apiVersion": "/".join(KUEUE), "kind": kind, "metadata": meta, "spec": spec}
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(manifest))
+KUEUE = kq.KUEUE
 
 
 @pytest.fixture
@@ -38,7 +33,7 @@ def queue(cluster: Cluster, kueue: None, pool: str) -> Iterator[str]:
     """A ClusterQueue of the pool's 32 GPUs for this test's namespace (preempting lower
     priorities), its LocalQueue ``gpus``, and the priorities low and high."""
     ns = pool
-    kueue_object(cluster, "ResourceFlavor", "ddp-test-flavor", {})
+    kq.apply(cluster, "ResourceFlavor", "ddp-test-flavor", {})
     for name, value in (("ddp-test-low", 100), ("ddp-test-high", 1000)):
         cluster.kubectl(
             "apply",
@@ -55,27 +50,10 @@ def queue(cluster: Cluster, kueue: None, pool: str) -> Iterator[str]:
             ),
         )
     resources = [("cpu", "1000"), ("memory", "10Ti"), ("nvidia.com/gpu", "32")]
-    kueue_object(
-        cluster,
-        "ClusterQueue",
-        ns,
-        {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [
-                {
-                    "coveredResources": [r for r, _ in resources],
-                    "flavors": [
-                        {
-                            "name": "ddp-test-flavor",
-                            "resources": [{"name": r, "nominalQuota": q} for r, q in resources],
-                        }
-                    ],
-                }
-            ],
-        },
-    )
-    kueue_object(cluster, "LocalQueue", "gpus", {"clusterQueue": ns}, ns)
+    spec = kq.cluster_queue(ns, "ddp-test-flavor", resources)
+    spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    kq.apply(cluster, "ClusterQueue", ns, spec)
+    kq.apply(cluster, "LocalQueue", "gpus", {"clusterQueue": ns}, ns)
     wait_for(
         lambda: (
             cluster.custom.get_cluster_custom_object_status(*KUEUE, "clusterqueues", ns)
@@ -174,7 +152,7 @@ def test_a_queue_name_with_a_typo_is_said_at_once_and_the_job_runs_once_it_exist
     assert warning["type"] == "Warning" and "gpsu" in warning["message"], warning
     assert bound(cluster, ns, "t") == []
     # The user creates the queue the job names: Kueue admits it, and it runs.
-    kueue_object(cluster, "LocalQueue", "gpsu", {"clusterQueue": ns}, ns)
+    kq.apply(cluster, "LocalQueue", "gpsu", {"clusterQueue": ns}, ns)
     admitted(cluster, ns, "t")
     finish_all(cluster, ns, "t")
     jobs.wait_condition(cluster, ns, "t", "Succeeded")

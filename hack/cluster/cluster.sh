@@ -23,18 +23,29 @@
 # status: says whether it runs, and lists its nodes.
 # DDP_AUDIT=<audit policy file> at creation turns on the API server's audit log (in the cluster's
 # logs directory): it tells who deleted or created what, e.g. a fake kubelet acting late.
+# DDP_CLUSTER=<name> acts on a second cluster of the checkout instead (`make cluster-up-worker`:
+# MultiKueue's worker cluster): its own etcd, API server, controller manager, scheduler and kwok
+# nodes from the same binaries, its state in .cluster/peers/<name>, its own ports, no real node
+# (one per machine). `down` of the main cluster takes its peers down too.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-state="$root/.cluster"
-# One cluster per checkout: the name is derived from the checkout's path.
-name="ddp-$(printf '%s' "$root" | sha256sum | cut -c1-8)"
+peer="${DDP_CLUSTER:-}"
+[[ "$peer" =~ ^[a-z0-9]*$ ]] || { echo "DDP_CLUSTER: lowercase letters and digits only" >&2; exit 2; }
+state="$root/.cluster${peer:+/peers/$peer}"
+# One cluster per checkout (and peer): the name is derived from the checkout's path.
+name="ddp-$(printf '%s' "$root" | sha256sum | cut -c1-8)${peer:+-$peer}"
 kubeconfig="$state/kubeconfig"
 export KWOK_WORKDIR="$state/kwok"
 # Ports of its own too (10 from 20000..29999, below the ephemeral range): kwokctl would pick free
 # ones at creation, so clusters of two checkouts created at once could pick the same ports, and
 # another checkout's new cluster could take the ports of one that is stopped.
+# A peer's are 5000 further on, in the same range.
 port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
+if [[ -n "$peer" ]]; then
+  port0=$((20000 + (port0 - 20000 + 5000 + 0x$(printf '%s' "$peer" | sha256sum | cut -c1-4) % 50 * 10) % 10000))
+  export DDP_REAL_NODE=0
+fi
 
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -152,6 +163,12 @@ up() {
 }
 
 down() {
+  local p
+  if [[ -z "$peer" ]]; then
+    for p in "$state"/peers/*/; do
+      [[ -d "$p" ]] && { DDP_CLUSTER="$(basename "$p")" "$here/cluster.sh" down || log "peer $p: down failed"; }
+    done
+  fi
   # The real node first, while the API server can still take its pods and Node away.
   if [[ -d "$state/realnode" ]]; then "$here/realnode.sh" down || log "realnode.sh down failed"; fi
   if [[ -f "$state/kueue/kueue.pid" ]]; then "$here/kueue.sh" down || log "kueue.sh down failed"; fi
@@ -166,6 +183,7 @@ down() {
     "$state/bin/kwokctl" --name "$name" delete cluster >&2
   fi
   rm -f "$kubeconfig"
+  if [[ -n "$peer" ]]; then rm -rf "$state"; fi
   # kwokctl stops what it started; make sure nothing of this cluster survives a crash either.
   pkill -f -- "$KWOK_WORKDIR/clusters/$name" 2>/dev/null || true
   log "cluster $name is down"

@@ -6,16 +6,25 @@
 #         certificate made here (openssl) as their caBundle; the pod webhook sees only pods that
 #         name a LocalQueue (kueue.x-k8s.io/queue-name), so that Kueue being down never stops any
 #         other pod. Returns once the webhook answers and the CRDs are served.
+#         MultiKueue knows DDPJobs (multiKueue.externalFrameworks): a manager cluster's Kueue sends
+#         a DDPJob whose spec.managedBy is kueue.x-k8s.io/multikueue to a worker cluster.
 # down:   stops the manager and removes its webhook configurations (its CRDs and objects stay).
 # status: says whether it runs.
+# DDP_CLUSTER=<name>: Kueue on that peer cluster of the checkout (cluster.sh), its own process,
+# state and port.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-state="$root/.cluster/kueue"
-kubeconfig="$root/.cluster/kubeconfig"
+peer="${DDP_CLUSTER:-}"
+cluster_state="$root/.cluster${peer:+/peers/$peer}"
+state="$cluster_state/kueue"
+kubeconfig="$cluster_state/kubeconfig"
 # The webhook's port: per checkout, as cluster.sh's ports, in 10000..19999 (cluster.sh and the
-# real node take 20000..29999).
+# real node take 20000..29999); a peer's, 5000 further on.
 port=$((10000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
+if [[ -n "$peer" ]]; then
+  port=$((10000 + (port - 10000 + 5000 + 0x$(printf '%s' "$peer" | sha256sum | cut -c1-4) % 50 * 10) % 10000))
+fi
 hooks=(ddp-kueue-mutating ddp-kueue-validating)
 metrics_certs=/etc/kueue/metrics/certs
 
@@ -26,7 +35,7 @@ pidfile="$state/kueue.pid"
 # shellcheck source=hack/cluster/daemon.sh
 source "$here/daemon.sh"
 
-# The manager's settings: pods only, no leader election, no metrics or probe ports, our certificate.
+# The manager's settings: pods (and DDPJobs for MultiKueue) only, no leader election, no metrics or probe ports, our certificate.
 config() {
   cat >"$state/config.yaml" <<EOF
 apiVersion: config.kueue.x-k8s.io/v1beta2
@@ -46,6 +55,9 @@ internalCertManagement:
   enable: false
 integrations:
   frameworks: [pod]
+multiKueue:
+  externalFrameworks:
+  - name: DDPJob.v1alpha1.ddp-operator.io
 EOF
 }
 

@@ -17,8 +17,10 @@ from ..api import metrics, progress_server
 from ..api.kube import Kube
 from ..api.progress_server import TokenReviewer
 from ..api.transport import api_client
+from ..decide.failures import classify
 from ..model import constants as c
 from ..model import jobspec
+from . import workload_steps
 from .progress_desk import ProgressDesk
 from .registry import Runners
 from .standby import standby
@@ -95,3 +97,46 @@ async def job_changed(
         await runners.forget(key)
     elif jobspec.managed_here(body):
         runners.observe(key, body)
+    elif jobspec.sent_away(body) and runners.kube is not None:
+        await send_away(runners.kube, body)
+
+
+async def send_away(kube: Kube, body: kopf.Body) -> None:
+    """A job MultiKueue runs on another cluster: only its Workload is made here (its status is
+    MultiKueue's, copied from there); an error says so in an Event on the job."""
+    try:
+        await workload_steps.send(kube, jobspec.resolve(body))
+    except Exception as exc:  # the job's Events are where its user looks
+        failure = classify(exc)
+        kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
+
+
+@kopf.on.event(*c.KUEUE_WORKLOAD_API, when=lambda body, **_: bool(_job_of(body)))
+async def workload_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    """A job-level Workload of a DDPJob changed (Kueue admitted or evicted it): wake its job's
+    loop; one of a job MultiKueue runs elsewhere gives its quota back once evicted."""
+    name = _job_of(body)
+    if runners.poke((namespace, name)) or runners.kube is None:
+        return
+    try:
+        await workload_steps.release_sent(runners.kube, namespace, body)
+    except Exception as exc:  # on the job's Events, where its user looks
+        failure = classify(exc)
+        job = {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "metadata": {"namespace": namespace, "name": name},
+        }
+        kopf.event(job, type="Warning", reason=failure.reason, message=failure.message)
+
+
+def _job_of(body: kopf.Body) -> str:
+    """The DDPJob controlling a Workload ('' if none does)."""
+    for owner in body.get("metadata", {}).get("ownerReferences") or ():
+        if (
+            owner.get("controller")
+            and owner.get("kind") == c.KIND
+            and owner.get("apiVersion") == c.API_VERSION
+        ):
+            return str(owner.get("name") or "")
+    return ""

@@ -129,11 +129,12 @@ class Runners:
         if runner is not None:
             runner.gone(pod)
 
-    def poke(self, key: Key) -> None:
-        """A pod of the job changed."""
+    def poke(self, key: Key) -> bool:
+        """Something of the job changed: wake its loop; False if it has none."""
         runner = self._runners.get(key)
         if runner is not None:
             runner.poke()
+        return runner is not None
 
     async def forget(self, key: Key) -> None:
         """The job is gone: stop its loop (and let Kueue release its pods)."""

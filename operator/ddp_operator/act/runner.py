@@ -22,14 +22,15 @@ import kopf
 from ..api import metrics
 from ..api.kube import Kube
 from ..api.transport import JobGone, StatusConflict
-from ..decide import pacing, progress_report, reconcile
+from ..decide import kueue_workload, pacing, progress_report, reconcile
 from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
 from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_pod, worker_env
+from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
-from . import claims, kueue_steps, owned_steps, stalls
+from . import claims, kueue_steps, owned_steps, stalls, workload_steps
 from .status_writer import StatusWriter
 from .steps import all_steps
 
@@ -40,13 +41,16 @@ PodSource = Callable[[Key], Awaitable[list[WorkerPod]]]
 
 MAX_BACKOFF = 60.0
 REQUESTED_TTL = 10.0  # seconds a created pod may take to show in the watch before it is re-asked
+KEPT = frozenset({c.KUEUE_PREBUILT})  # the job's annotations a loop reads
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """The job as a loop keeps it: its metadata without managedFields and annotations (which
-    nothing here reads, and which made most of a kept job's memory), its spec and status."""
+    made most of a kept job's memory) but the one read here (MultiKueue's prebuilt Workload),
+    its spec and status."""
     meta = {k: v for k, v in body["metadata"].items() if k not in ("managedFields", "annotations")}
-    return {**body, "metadata": meta}
+    kept = {k: v for k, v in (body["metadata"].get("annotations") or {}).items() if k in KEPT}
+    return {**body, "metadata": {**meta, "annotations": kept} if kept else meta}
 
 
 def _progress(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -230,6 +234,8 @@ class JobRunner:
         if meta.get("deletionTimestamp"):
             return None  # garbage collection removes the children
         job = resolve(body)
+        admission = await workload_steps.admission(self.kube, job)
+        job = kueue_workload.as_admitted(job, admission)  # held (suspended) until admitted
         pods = await self.pods(self.key)
         now, generation = datetime.now(UTC), meta.get("generation", 0)
         seen, evicted = self.memory.seen, self.memory.evicted
@@ -249,6 +255,7 @@ class JobRunner:
             self.refused,
             self.memory.last,
             _progress(body),
+            admission,
         )
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
@@ -259,6 +266,7 @@ class JobRunner:
                 self.kube, self.owned, job, plan, self.attempt, policy, now, generation
             )
         await self.execute(job, plan)
+        await workload_steps.settle(self.kube, job, admission, plan)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         if self.writer.due is not None:  # a held-back progress write
             plan.recheck_in(max(0.0, self.writer.due - time.monotonic()))

@@ -136,14 +136,34 @@ class Kube(Transport):
         """Merge-patch exactly this object (its UID a precondition); False if it is gone or
         was replaced."""
         body = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": uid}}
-        path = objects_path(api, namespace, name)
+        return await self._merge(f"patch_{api[2]}", objects_path(api, namespace, name), body)
+
+    async def patch_object_status(
+        self, api: tuple[str, str, str], namespace: str, name: str, patch: Manifest
+    ) -> bool:
+        """Merge-patch the status subresource of an object of any API group (a Workload's);
+        False if it is gone, or changed since the resourceVersion the patch names."""
+        path = objects_path(api, namespace, name) + "/status"
+        return await self._merge(f"patch_{api[2]}_status", path, dict(patch))
+
+    async def _merge(self, verb: str, path: str, body: Manifest) -> bool:
+        """A merge patch; False if its object is gone or its precondition failed."""
         try:
-            await self._call(f"patch_{api[2]}", "PATCH", path, body, MERGE_PATCH)
+            await self._call(verb, "PATCH", path, body, MERGE_PATCH)
         except ApiException as exc:
             if exc.status in (NOT_FOUND, CONFLICT):
                 return False
             raise
         return True
+
+    async def read_cluster_object(
+        self, api: tuple[str, str, str], name: str
+    ) -> dict[str, Any] | None:
+        """A cluster-scoped object (a Kueue ResourceFlavor) as a dict; None if there is none."""
+        group, version, plural = api
+        return await self._read(
+            f"read_{plural}", resource_path(f"/apis/{group}/{version}/{plural}", name)
+        )
 
     async def read_metadata(
         self, kind: str, namespace: str, name: str, api: tuple[str, str, str] | None = None

@@ -55,9 +55,14 @@ def holdup(workload: Mapping[str, Any] | None) -> Holdup | None:
     return None
 
 
+def pod_group(job: JobSpec) -> bool:
+    """Whether the job's workers are Kueue's pod group (not a job-level Workload's)."""
+    return job.queue is not None and not job.queue.workload
+
+
 def waiting(job: JobSpec, pods: Iterable[WorkerPod]) -> bool:
     """Whether Kueue holds any of the job's workers gated (its Workload then says why)."""
-    return job.queue is not None and any(p.gated and not p.deleting for p in pods)
+    return pod_group(job) and any(p.gated and not p.deleting for p in pods)
 
 
 def eviction(
@@ -109,7 +114,7 @@ def report(
     take the pods at all (not installed, no pod integration, or a namespace outside its
     selector): they then run unqueued. Returns when to read the Workload again, if needed."""
     queue = job.queue
-    if queue is None or not live:
+    if queue is None or queue.workload or not live:
         return None
     where = f"LocalQueue {queue.name}, Workload {queue.group}"
     if not any(p.queue_managed for p in live):
@@ -162,6 +167,6 @@ def not_failures(evicted: Mapping[PodKey, str], attempt: int) -> Collection[PodK
 
 def unretriable(job: JobSpec, pods: Iterable[WorkerPod]) -> list[WorkerPod]:
     """Once the job is over: its pods still to mark so that Kueue ends the group."""
-    if job.queue is None:
+    if not pod_group(job):
         return []
     return [p for p in pods if not p.unretriable]

@@ -24,6 +24,7 @@ from . import (
     inplace,
     inplace_fallback,
     kueue,
+    kueue_workload,
     obstacles,
     outcomes,
     recovery,
@@ -64,6 +65,7 @@ def plan(
     refused: str | None = None,
     last: Mapping[tuple[str, int], WorkerPod] = MappingProxyType({}),
     progress: Mapping[str, Any] | None = None,
+    admission: kueue_workload.Admission | None = None,
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
@@ -71,7 +73,8 @@ def plan(
     same attempt), those Kueue removed (``evicted``: why), why Kueue holds the group (``told``,
     from its Workload), why the API server refused in-place pods (``refused``) and, if the last
     attempt to act failed, that failure; ``last``: own pods gone, as last seen; ``progress``:
-    the training's latest report (``status.progress``)."""
+    the training's latest report (``status.progress``); ``admission``: what the job's own
+    Kueue Workload says (``kueue_workload``: a job not admitted comes suspended)."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
@@ -139,11 +142,16 @@ def plan(
     if failure is not None and failure.permanent:
         return stop(False, failure.reason, failure.message)
 
-    # 3. Suspended: no pods; resuming restarts the clock, as for a Job.
+    # 3. Suspended (or held by its Kueue Workload): no pods; resuming restarts the clock, as
+    #    for a Job.
     if job.suspend:
-        conds.set(c.COND_SUSPENDED, True, "Suspended", "the job is suspended", NORMAL)
-        conds.clear(c.COND_RUNNING, "Suspended", "the job is suspended")
-        conds.clear(c.COND_CREATED, "Suspended", "the job is suspended")
+        reason, why = "Suspended", "the job is suspended"
+        if admission is not None and not admission.admitted:
+            reason, why = kueue_workload.held(conds, admission)
+            result.recheck_in(kueue_workload.RECHECK)
+        conds.set(c.COND_SUSPENDED, True, reason, why, NORMAL)
+        conds.clear(c.COND_RUNNING, reason, why)
+        conds.clear(c.COND_CREATED, reason, why)
         result.delete = [p for p in pods if not p.deleting]
         return finish(result)
     suspended = condition(conds.items, c.COND_SUSPENDED) or {}
@@ -230,6 +238,7 @@ def plan(
     # 8. What keeps workers from starting, in the scheduler's, Kueue's and the kubelet's words.
     startup.report(conds, live, job.nodes, job.gang)
     result.recheck_in(kueue.report(conds, live, job, told))
+    kueue_workload.report(conds, admission)
 
     # 9. Running once every worker has started (finished ones count), or for an elastic job
     #    enough of them: ``startup.running``, which gives the live world size.

@@ -145,8 +145,8 @@ def join_queue(
     total count on every worker, so that Kueue admits (and evicts) the group whole, and its
     index, by which Kueue's topology-aware scheduling places ranks in order (neighbouring ranks
     on neighbouring nodes)."""
-    if job.queue is None:
-        return
+    if job.queue is None or job.queue.workload:
+        return  # admitted whole through a job-level Workload (``kueue_workload``)
     labels[c.KUEUE_QUEUE_LABEL] = job.queue.name
     labels[c.KUEUE_GROUP_LABEL] = job.queue.group
     labels[c.KUEUE_INDEX_LABEL] = str(index)

@@ -118,6 +118,22 @@ KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # and its finalizer on them
 KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue lifts on admission
 KUEUE_QUOTA_RESERVED = "QuotaReserved"  # the Workload condition saying why it waits
 KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta2", "workloads")
+KUEUE_FLAVOR_API = ("kueue.x-k8s.io", "v1beta2", "resourceflavors")
+# A job-level Workload (``kueue_workload``): where MultiKueue's copy of a job on a worker cluster
+# names the Workload it was admitted with (an annotation since Kueue 0.19, a label before), the
+# managedBy value of a job that MultiKueue runs elsewhere, and the Workload's one pod set.
+KUEUE_PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+KUEUE_POD_SET = "workers"
+# Kueue's topology-aware scheduling: what a template asks for (the level, a node label), and what
+# the pods of a job-level Workload admitted with a topology assignment carry for Kueue to place
+# them (its gate, lifted with a node selector per pod; their Workload and pod set).
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+KUEUE_POD_SET_LABEL = "kueue.x-k8s.io/podset"
 KUEUE_STOPPED_CONDITION = "TerminationTarget"  # the pod condition Kueue sets before deleting
 
 # The pod condition the control plane sets on a pod it takes away (eviction, preemption, ...).

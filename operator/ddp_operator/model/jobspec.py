@@ -51,12 +51,15 @@ class Gang:
 
 @dataclass(frozen=True)
 class Queue:
-    """Admission by Kueue: the workers are one pod group (``group``, also the name of Kueue's
-    Workload) in LocalQueue ``name``."""
+    """Admission by Kueue in LocalQueue ``name``: the workers are one pod group (``group``, also
+    the name of the Workload Kueue makes of it), or, with ``workload`` (a job-level Workload:
+    ``decide/kueue_workload``), the job is admitted whole through that Workload and its pods
+    carry nothing of Kueue's."""
 
     name: str
     group: str
     priority_class: str | None = None
+    workload: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,12 @@ class _Errors(list[str]):
             self.append(f"{path} must be one of {', '.join(allowed)}, not {value!r}")
             return allowed[0]
         return str(value)
+
+
+def sent_away(body: Mapping[str, Any]) -> bool:
+    """Whether MultiKueue runs the job on another cluster (``spec.managedBy``
+    ``kueue.x-k8s.io/multikueue``): here the operator only makes its Workload."""
+    return (body.get("spec") or {}).get("managedBy") == c.MULTIKUEUE
 
 
 def managed_here(body: Mapping[str, Any]) -> bool:
@@ -311,6 +320,11 @@ def _queue(meta: Mapping[str, Any], name: str) -> Queue | None:
     queue = labels.get(c.KUEUE_QUEUE_LABEL)
     if not queue:
         return None
+    priority = labels.get(c.KUEUE_PRIORITY_LABEL)
+    # MultiKueue's copy on a worker cluster: admitted through the Workload it names.
+    prebuilt = (meta.get("annotations") or {}).get(c.KUEUE_PREBUILT) or labels.get(c.KUEUE_PREBUILT)
+    if prebuilt:
+        return Queue(name=queue, group=prebuilt, priority_class=priority, workload=prebuilt)
     uid = str(meta.get("uid") or "")[:8]
     group = f"{name[: 62 - len(uid)]}-{uid}" if uid else name[:63]
-    return Queue(name=queue, group=group, priority_class=labels.get(c.KUEUE_PRIORITY_LABEL))
+    return Queue(name=queue, group=group, priority_class=priority)
