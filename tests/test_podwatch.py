@@ -14,7 +14,7 @@ from urllib3.exceptions import ProtocolError
 
 from ddp_operator.api.kube import Kube
 from ddp_operator.api.kubewatch import WatchExpired, watch_pods
-from ddp_operator.api.podwatch import PodIndex, PodWatch, digest
+from ddp_operator.api.podwatch import Handover, PodIndex, PodWatch, digest
 from ddp_operator.decide.failures import PodsUnseen, classify
 from ddp_operator.model import constants as c
 from ddp_operator.model.workers import WorkerPod
@@ -101,6 +101,37 @@ def test_a_pod_without_the_worker_labels_is_left_out() -> None:
     del stray["metadata"]["labels"][c.LABEL_INDEX]
     s.apply([("ADDED", stray), ("DELETED", stray)])
     assert s.index.by_job == {} and s.gone == []
+
+
+def test_changes_from_the_watch_thread_reach_the_loop_in_order_in_few_wake_ups() -> None:
+    """A thread hands over 2000 events one by one while the loop is busy: all arrive, in
+    order, in far fewer batches than events; a call handed over after them runs after them."""
+    batches: list[list[Any]] = []
+    done: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handover = Handover(loop, batches.append)
+        finished = asyncio.Event()
+
+        def produce() -> None:
+            for i in range(2000):
+                handover.put([("ADDED", str(i), ("ns", "j"), None)])
+            loop.call_soon_threadsafe(lambda: (done.append(sum(map(len, batches))), finished.set()))
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        for _ in range(50):  # the loop busy meanwhile, yielding now and then
+            sum(range(20000))
+            await asyncio.sleep(0)
+        await finished.wait()
+        thread.join()
+
+    asyncio.run(main())
+    uids = [change[1] for batch in batches for change in batch]
+    assert uids == [str(i) for i in range(2000)]
+    assert done == [2000]  # every change applied before the call that came after them
+    assert len(batches) <= 100, len(batches)
 
 
 def test_pods_that_cannot_be_listed_make_ready_raise_why() -> None:

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_kueue_admission import KUEUE, QUEUE_LABEL, kueue_object
+from test_kueue_admission import KUEUE, QUEUE_LABEL
 from test_realnode_inplace import _scheduled, _trainer
 
 from harness import jobs
+from harness import kueue as kq
 from harness.cluster import Cluster, wait_for
 from harness.realnode import shell_job
 
@@ -70,22 +71,12 @@ def test_the_gang_restarts_in_place_with_its_podgroup_kept(
 @pytest.fixture
 def real_queue(cluster: Cluster, kueue: None, namespace: str) -> Iterator[str]:
     """A ClusterQueue of CPU and memory for this test's namespace, and its LocalQueue ``q``."""
-    kueue_object(cluster, "ResourceFlavor", "ddp-test-flavor", {})
+    kq.apply(cluster, "ResourceFlavor", "ddp-test-flavor", {})
     quota = [("cpu", "8"), ("memory", "16Gi")]
-    flavor = {
-        "name": "ddp-test-flavor",
-        "resources": [{"name": r, "nominalQuota": q} for r, q in quota],
-    }
-    kueue_object(
-        cluster,
-        "ClusterQueue",
-        namespace,
-        {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "resourceGroups": [{"coveredResources": [r for r, _ in quota], "flavors": [flavor]}],
-        },
+    kq.apply(
+        cluster, "ClusterQueue", namespace, kq.cluster_queue(namespace, "ddp-test-flavor", quota)
     )
-    kueue_object(cluster, "LocalQueue", "q", {"clusterQueue": namespace}, namespace)
+    kq.apply(cluster, "LocalQueue", "q", {"clusterQueue": namespace}, namespace)
     try:
         yield "q"
     finally:

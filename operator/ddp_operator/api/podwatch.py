@@ -109,6 +109,35 @@ class PodIndex:
         self.apply(digest(("ADDED", p) for p in items))
 
 
+class Handover:
+    """Changes handed from a watch's thread to the event loop in batches: one wake-up of the
+    loop takes every change that came while it was busy (a wake-up per event was 18% of the
+    operator's busy time while a group of 2048 came up: bench/README.md). Changes keep their
+    order, and a call the thread hands over after them (the watch's end) runs after them."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, apply: Callable[[list[Change]], None]
+    ) -> None:
+        self.loop, self.apply = loop, apply
+        self.lock = threading.Lock()
+        self.pending: list[Change] = []
+
+    def put(self, changes: list[Change]) -> None:
+        """In the watch's thread: queue ``changes``; wake the loop if nothing was queued."""
+        with self.lock:
+            wake = not self.pending
+            self.pending.extend(changes)
+        if wake:
+            _call_soon(self.loop, self._drain)
+
+    def _drain(self) -> None:
+        """In the loop: apply everything queued so far, at once."""
+        with self.lock:
+            changes, self.pending = self.pending, []
+        if changes:
+            self.apply(changes)
+
+
 class PodWatch:
     """A PodIndex kept current by a list and a watch in a thread of its own. While the pods
     cannot be seen (the first list fails, or the watch fails UNSEEN_AFTER times in a row),
@@ -149,10 +178,12 @@ class PodWatch:
         loop = asyncio.get_running_loop()
         where = f"namespace {self.namespace}" if self.namespace else "all namespaces"
 
+        handover = Handover(loop, self.index.apply)
+
         def deliver(events: list[Any], version: str) -> None:  # in the watch's thread
             self.version = version  # read by the loop after these events are applied
             if events and not self.stopped.is_set():
-                _call_soon(loop, self.index.apply, digest(events))
+                handover.put(digest(events))
 
         def opened(response: Any) -> None:  # in the watch's thread
             self.response = response
