@@ -51,8 +51,7 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
     assert sc["runAsNonRoot"] and sc["runAsUser"] > 0 and not sc["allowPrivilegeEscalation"]
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
-    (volume,) = [v for v in spec["volumes"] if v["name"] == "ddp-attempt"]
-    assert [i["path"] for i in volume["downwardAPI"]["items"]] == ["attempt", "finished"]
+    assert [v["name"] for v in spec["volumes"]].count("ddp-attempt") == 1  # below: its sources
     assert p["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "trainer"
 
 
@@ -122,6 +121,37 @@ def test_the_watch_exits_86_once_the_attempt_moves_on(tmp_path: Path) -> None:
     assert watch.wait(timeout=10) == 86
     # Started after the operator moved on again (a restart for 2 while 3 was given): at once.
     assert _watch(tmp_path, "1").wait(timeout=10) == 86
+
+
+def test_the_watch_waits_until_the_kubelets_copy_of_the_configmap_says_the_attempt_too(
+    tmp_path: Path,
+) -> None:
+    """The annotation moved on before the kubelet's copy of the job's ConfigMap (``given``):
+    the containers restarted now would read the old DDP_ATTEMPT, so the watch waits for it."""
+    (tmp_path / "attempt").write_text("1")
+    (tmp_path / "finished").write_text("")
+    (tmp_path / "given").write_text("1")
+    watch = _watch(tmp_path, "1")
+    (tmp_path / "attempt").write_text("2")
+    time.sleep(1)
+    assert watch.poll() is None  # told 2, the ConfigMap's copy still says 1
+    (tmp_path / "given").write_text("2")
+    assert watch.wait(timeout=10) == 86
+
+
+def test_the_watchs_volume_projects_the_annotations_and_the_configmaps_attempt() -> None:
+    (volume,) = [v for v in pod()["spec"]["volumes"] if v["name"] == "ddp-attempt"]
+    downward, configmap = volume["projected"]["sources"]
+    paths = {i["path"]: i["fieldRef"]["fieldPath"] for i in downward["downwardAPI"]["items"]}
+    assert paths == {
+        "attempt": "metadata.annotations['ddp-operator.io/attempt']",
+        "finished": "metadata.annotations['ddp-operator.io/finished']",
+    }
+    assert configmap["configMap"] == {
+        "name": "j-ddp-env",
+        "items": [{"key": "DDP_ATTEMPT", "path": "given"}],
+        "optional": True,  # none (or no key): the annotation alone decides, as before
+    }
 
 
 def test_the_watch_exits_0_once_the_job_has_finished(tmp_path: Path) -> None:

@@ -17,6 +17,13 @@ volumes. The operator needs no credentials in the pod and no exec to use it:
   on the real node: a pod ran the old ``DDP_ATTEMPT``, and restarted once more). Waiting 1.5 s
   before exiting kept that sync out, at 1.5 s of every restart (twice, where worker 0 goes
   first);
+* the kubelet's copy of that ConfigMap can lag the pod it syncs (two watches; seen in CI: a
+  trainer restarted for attempt 2 read 1, ran attempt 1's code and failed as it had). So the
+  watch's volume is projected from the annotations *and* the ConfigMap's ``DDP_ATTEMPT``
+  (``given``), which the kubelet writes from that same copy in the same remount: the watch exits
+  86 only once ``given`` says the attempt the annotation says, and the containers it restarts
+  then read it. A ConfigMap without that key (or none) leaves the file out, and the watch goes
+  by the annotation alone, as before;
 * it is a regular container, not a sidecar, so a trainer that ended leaves the pod running, its
   exit code on record: nothing restarts until the operator gives the pod its next attempt (a
   failed attempt never runs again), and a worker that finished can still be restarted with its
@@ -44,7 +51,9 @@ Manifest = dict[str, Any]
 
 FINISHED = {c.FINISHED_ANNOTATION: "true"}  # the job has finished: the watch exits 0
 
-ATTEMPT_DIR = "/ddp-attempt"  # the downward-API volume: the pod's two annotations
+ATTEMPT_DIR = (
+    "/ddp-attempt"  # the watch's volume: the pod's two annotations, the ConfigMap's attempt
+)
 PROC_DIR = "/proc"  # the pod's processes, the watch sharing their namespace
 
 
@@ -65,7 +74,11 @@ hold=$(({release_after} * ticks)) idle=0
 while :; do
   now=
   read -r now < {ATTEMPT_DIR}/attempt || :
-  [ -z "$now" ] || [ "$now" = "${c.ENV_ATTEMPT}" ] || exit {c.RESTART_EXIT_CODE}
+  if [ -n "$now" ] && [ "$now" != "${c.ENV_ATTEMPT}" ]; then
+    given=
+    [ -e {ATTEMPT_DIR}/given ] && {{ read -r given < {ATTEMPT_DIR}/given || :; }}
+    [ -n "$given" ] && [ "$given" != "$now" ] || exit {c.RESTART_EXIT_CODE}
+  fi
   [ -s {ATTEMPT_DIR}/finished ] && exit 0
   if [ "$$" != 1 ]; then
     idle=$((idle + 1))
@@ -162,8 +175,14 @@ def make_in_place(
         {"path": "attempt", "fieldRef": _annotation(c.ATTEMPT_ANNOTATION)},
         {"path": "finished", "fieldRef": _annotation(c.FINISHED_ANNOTATION)},
     ]
+    given = {
+        "name": configmap,
+        "items": [{"key": c.ENV_ATTEMPT, "path": "given"}],
+        "optional": True,
+    }
+    sources = [{"downwardAPI": {"items": items}}, {"configMap": given}]
     spec.setdefault("volumes", []).append(
-        {"name": c.ATTEMPT_VOLUME, "downwardAPI": {"items": items}}
+        {"name": c.ATTEMPT_VOLUME, "projected": {"sources": sources}}
     )
 
 
