@@ -35,7 +35,8 @@ from .conditions import NORMAL, WARNING, Conditions, format_time
 from .failures import NameConflict
 
 Manifest = dict[str, Any]
-# How often a held job reads its Workload again (Kueue's admission wakes no DDPJob event).
+# How often a held job reads its Workload again: one not yet the job's wakes no pass (the
+# operator watches the Workloads a DDPJob controls: ``handlers.workload_changed``).
 RECHECK = 2.0
 
 
