@@ -1,5 +1,6 @@
-"""``--s5-only``: S5 alone (one job of the full run's 2048 workers, raw, ours and JobSet in
-interleaved rounds), to measure the pods' shape quickly; its runs in results/s5.json (the
+"""``--s5-only``: S5 alone (one job of the full run's 2048 workers; raw, raw creating Recreate
+pods, ours and JobSet in interleaved rounds), to measure the pods' shape quickly: raw against raw
+with Recreate pods is what the in-place watch container costs. Its runs in results/s5.json (the
 README's table and latest.json stay as the last whole run left them) and a RESULT line."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from cluster import RESULTS, Cluster, log
 from contenders.jobset import JobSet
 from contenders.ours import Ours
-from contenders.raw import Raw
+from contenders.raw import Raw, RawRecreate
 from report import result_line
 from scenarios.startup import startup
 
@@ -21,7 +22,12 @@ ROUNDS = 3
 
 def s5_alone(cluster: Cluster, pool: ThreadPoolExecutor, nodes: int) -> int:
     """Run S5 ``ROUNDS`` times per contender, interleaved; print the medians' ratios."""
-    contenders = [Raw(cluster, pool), Ours(cluster, pool), JobSet(cluster, pool)]
+    contenders = [
+        Raw(cluster, pool),
+        RawRecreate(cluster, pool),
+        Ours(cluster, pool),
+        JobSet(cluster, pool),
+    ]
     runs: dict[str, list[dict]] = {ct.name: [] for ct in contenders}
     for r in range(ROUNDS):
         for ct in contenders:
@@ -40,9 +46,14 @@ def s5_alone(cluster: Cluster, pool: ThreadPoolExecutor, nodes: int) -> int:
     ]
     log("ours/JobSet by round: " + ", ".join(f"{a:.2f}" for a, _ in rounds))
     log("ours/raw by round: " + ", ".join(f"{b:.2f}" for _, b in rounds))
+    watch = [
+        w["seconds"] / r["seconds"] for w, r in zip(runs["raw"], runs["raw-recreate"], strict=True)
+    ]
+    log("raw/raw with Recreate pods by round: " + ", ".join(f"{x:.2f}" for x in watch))
     figures = {
         "s5_ratio_jobset": round(med["jobset"] / med["ours"], 2),
         "s5_ratio_raw": round(med["ours"] / med["raw"], 2),
+        "s5_watch_cost": round(med["raw"] / med["raw-recreate"], 2),
     }
     print(result_line(figures), flush=True)
     return 0

@@ -239,6 +239,26 @@ def test_raw_creates_exactly_the_pods_the_operator_creates_here():
     assert configmaps[common]["data"]["MASTER_ADDR"] == "j-worker-0.j"
 
 
+def test_raw_with_recreate_pods_creates_the_operators_recreate_pods_without_the_watch():
+    """``--s5-only``'s fourth contender: the pods of a job with ``restartStrategy: Recreate``, so
+    that raw against it is the in-place watch container's cost and nothing else."""
+    from ddp_operator.manifests import builders, progress_pod
+    from ddp_operator.model.jobspec import resolve
+
+    from contenders.raw import PROGRESS_URL, RawRecreate, objects
+
+    pods = [o for o in objects("j", "ns", 2, RawRecreate.restart) if o["kind"] == "Pod"]
+    spec = {"nodes": 2, "restartStrategy": "Recreate"}
+    spec["template"] = {"spec": bench_cluster.pod_spec("trainer")}
+    job = resolve({"metadata": {"name": "j", "namespace": "ns", "uid": "raw"}, "spec": spec})
+    for i, pod in enumerate(pods):
+        ours = progress_pod.add_reporting(builders.build_worker_pod(job, i, 0, False), PROGRESS_URL)
+        ours["metadata"].pop("ownerReferences", None)
+        assert pod == ours
+        assert [ct["name"] for ct in pod["spec"]["containers"]] == ["trainer"]
+        assert "shareProcessNamespace" not in pod["spec"]
+
+
 def test_s9s_schedule_is_the_seeds_one_failure_per_attempt_each_reachable():
     """The same seed, the same failures; each attempt's comes after the previous one's (4 steps:
     its attempt has reported; 2 checkpoints past an eviction, which may act 10 steps late)."""

@@ -16,15 +16,14 @@ from contenders.base import Contender, drain
 PROGRESS_URL = "http://127.0.0.1:1"
 
 
-def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
-    """The Service, ConfigMaps and pods our operator would create on this cluster (restarting in
-    place, reporting progress), without the owner (no DDPJob exists)."""
-    job = resolve(
-        {
-            "metadata": {"name": name, "namespace": ns, "uid": "raw"},
-            "spec": {"nodes": nodes, "template": {"spec": pod_spec("trainer")}},
-        }
-    )
+def objects(
+    name: str, ns: str, nodes: int, restart: str = c.RESTART_IN_PLACE
+) -> list[dict[str, Any]]:
+    """The Service, ConfigMaps and pods our operator would create on this cluster (restarting as
+    ``restart`` says: in place by default, as ours; reporting progress), without the owner (no
+    DDPJob exists)."""
+    spec = {"nodes": nodes, "restartStrategy": restart, "template": {"spec": pod_spec("trainer")}}
+    job = resolve({"metadata": {"name": name, "namespace": ns, "uid": "raw"}, "spec": spec})
     meta = builders.job_object_meta(job, job_configmap.name(name))
     configmap = job_configmap.build(meta, nodes, builders.worker_hosts(job), 0)
     common = worker_env.build(builders.job_object_meta(job, worker_env.name(job)), job)
@@ -42,10 +41,11 @@ def objects(name: str, ns: str, nodes: int) -> list[dict[str, Any]]:
 class Raw(Contender):
     name, title = "raw", "raw"
     job_label = c.LABEL_JOB
+    restart = c.RESTART_IN_PLACE
 
     def create(self, ns: str, names: list[str], nodes: int) -> None:
         """Services and ConfigMaps first, as the operator does, then every pod concurrently."""
-        objs = [o for n in names for o in objects(n, ns, nodes)]
+        objs = [o for n in names for o in objects(n, ns, nodes, self.restart)]
         core = self.cluster.core
         list(
             self.pool.map(
@@ -65,3 +65,11 @@ class Raw(Contender):
                 [o for o in objs if o["kind"] == "Pod"],
             )
         )
+
+
+class RawRecreate(Raw):
+    """Raw creating the pods of a job that restarts by recreating them: no in-place watch
+    container, its volume or its shared process namespace (``--s5-only``: what they cost)."""
+
+    name, title = "raw-recreate", "raw (Recreate pods)"
+    restart = c.RESTART_RECREATE
