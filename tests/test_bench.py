@@ -214,26 +214,34 @@ def test_a_wait_that_cannot_end_fails_at_once_saying_why(cluster: Cluster, names
         pods.close()
 
 
+def operator_pods(nodes: int, restart: str) -> list[dict[str, Any]]:
+    """Job ``j``'s worker pods as the runner builds them (``JobRunner.create``), the owner aside."""
+    from ddp_operator.manifests import builders, progress_pod
+    from ddp_operator.model.jobspec import resolve
+
+    from contenders.raw import PROGRESS_URL
+
+    spec = {"nodes": nodes, "restartStrategy": restart}
+    spec["template"] = {"spec": bench_cluster.pod_spec("trainer")}
+    job = resolve({"metadata": {"name": "j", "namespace": "ns", "uid": "raw"}, "spec": spec})
+    pods = []
+    for i in range(nodes):
+        pod = builders.build_worker_pod(job, i, 0, restart == "InPlace")
+        pod = progress_pod.add_reporting(pod, PROGRESS_URL)
+        pod["metadata"].pop("ownerReferences", None)
+        pods.append(pod)
+    return pods
+
+
 def test_raw_creates_exactly_the_pods_the_operator_creates_here():
     """The baseline's pods are ours, in-place watch and progress reporting included, so that
     ``*_ratio_raw`` compares controllers, not pod shapes (an in-place pod costs the control plane
     about a fifth more than a plain one at 2048 workers)."""
-    from ddp_operator.manifests import builders, progress_pod
-    from ddp_operator.model.jobspec import resolve
-
-    from contenders.raw import PROGRESS_URL, objects
+    from contenders.raw import objects
 
     pods = [o for o in objects("j", "ns", 3) if o["kind"] == "Pod"]
-    body = {
-        "metadata": {"name": "j", "namespace": "ns", "uid": "raw"},
-        "spec": {"nodes": 3, "template": {"spec": bench_cluster.pod_spec("trainer")}},
-    }
-    job = resolve(body)
-    for i, pod in enumerate(pods):
-        # As the runner builds them (``JobRunner.create``), the owner aside.
-        ours = progress_pod.add_reporting(builders.build_worker_pod(job, i, 0, True), PROGRESS_URL)
-        ours["metadata"].pop("ownerReferences", None)
-        assert pod == ours
+    assert pods == operator_pods(3, "InPlace")
+    for pod in pods:
         names = [ct["name"] for ct in pod["spec"]["containers"]]
         assert names == ["trainer", "ddp-attempt-watch"]
     objs = objects("j", "ns", 3)
@@ -246,19 +254,11 @@ def test_raw_creates_exactly_the_pods_the_operator_creates_here():
 def test_raw_with_recreate_pods_creates_the_operators_recreate_pods_without_the_watch():
     """``--s5-only``'s fourth contender: the pods of a job with ``restartStrategy: Recreate``, so
     that raw against it is the in-place watch container's cost and nothing else."""
-    from ddp_operator.manifests import builders, progress_pod
-    from ddp_operator.model.jobspec import resolve
-
-    from contenders.raw import PROGRESS_URL, RawRecreate, objects
+    from contenders.raw import RawRecreate, objects
 
     pods = [o for o in objects("j", "ns", 2, RawRecreate.restart) if o["kind"] == "Pod"]
-    spec = {"nodes": 2, "restartStrategy": "Recreate"}
-    spec["template"] = {"spec": bench_cluster.pod_spec("trainer")}
-    job = resolve({"metadata": {"name": "j", "namespace": "ns", "uid": "raw"}, "spec": spec})
-    for i, pod in enumerate(pods):
-        ours = progress_pod.add_reporting(builders.build_worker_pod(job, i, 0, False), PROGRESS_URL)
-        ours["metadata"].pop("ownerReferences", None)
-        assert pod == ours
+    assert pods == operator_pods(2, "Recreate")
+    for pod in pods:
         assert [ct["name"] for ct in pod["spec"]["containers"]] == ["trainer"]
         assert "shareProcessNamespace" not in pod["spec"]
 
