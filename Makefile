@@ -59,17 +59,11 @@ unit: $(STAMP)
 	$(BIN)/pytest -m "not cluster and not torch" $(PYTEST_ARGS)
 
 # Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
-# Without KUBECONFIG the local cluster's binaries and images are built (or found cached) first,
-# while .venv is set up and linted (measured on a cold machine: the venv's 5 minutes ran beside them).
-# scheduler-plugins, Volcano and Kueue, needed only by their tests (run last, in that order),
-# build at the lowest priority while the others run; those tests wait for them (build.sh's lock)
-# if they are not done.
+# hack/test.sh: lint beside the local cluster's build (unless KUBECONFIG), the cluster up, the
+# tests in parallel (pytest-xdist, DDP_TEST_WORKERS=3), then the `serial` and `last` ones alone,
+# the cluster down if it brought it up, the 25 slowest tests and the time against the budget.
 test: prereqs-test
-	build=""; if [[ -z "$${KUBECONFIG:-}" ]]; then hack/cluster/cluster.sh build & build=$$!; fi; \
-	if ! $(MAKE) --no-print-directory lint; then [[ -z "$$build" ]] || wait "$$build" || true; exit 1; fi; \
-	if [[ -n "$$build" ]]; then wait "$$build"; fi; \
-	if [[ -z "$${KUBECONFIG:-}" ]]; then (nice -n 19 bash -c 'for t in scheduler-plugins volcano kueue; do hack/cluster/build.sh $$t; done' >/dev/null 2>&1 &); fi
-	$(BIN)/pytest -m "not docker and not gpu" $(PYTEST_ARGS)
+	PYTEST_ARGS="$(PYTEST_ARGS)" hack/test.sh
 
 cluster-up: prereqs-cluster $(STAMP)
 	hack/cluster/cluster.sh up

@@ -22,7 +22,7 @@ import yaml
 from kubernetes import config as k8s_config
 
 from harness import nodes, pods, realnode
-from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, wait_for
+from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, exclusively, wait_for
 from harness.operator import OperatorProcess
 
 KUEUE_SH = ROOT / "hack" / "cluster" / "kueue.sh"
@@ -37,6 +37,7 @@ LATE = ("coscheduling", "volcano", "kueue", "multikueue")
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     docker = (
         shutil.which("docker")
@@ -54,6 +55,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def late(item: pytest.Item) -> int:
         needs = set(getattr(item, "fixturenames", ()))
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
+
+    # pytest-xdist (make test: --dist loadgroup) gives each file to one worker, so that its
+    # module fixtures are made once; the files whose tests run torch on this machine (`torch`:
+    # kubectl ddp local, LocalClient, each binding worker 0's rendezvous port) to one worker.
+    local_torch = {item.path for item in items if item.get_closest_marker("torch")}
+    for item in items:
+        group = "local-torch" if item.path in local_torch else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
 
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
     items.sort(
@@ -107,7 +116,8 @@ def images(cluster: Cluster) -> dict[str, str]:
     """The real node up, with its images (python, trainer, operator): their names."""
     if not cluster.local:
         pytest.skip("the real node joins the local cluster only (hack/cluster/realnode.sh)")
-    return realnode.images()
+    with exclusively("realnode"):
+        return realnode.images()
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +193,8 @@ def running(cluster: Cluster, script: Path, api: str, what: str) -> None:
     hack/cluster script (and stopped with the cluster); on another, it must be installed (its
     API served), else the test is skipped."""
     if cluster.local:
-        subprocess.run([str(script), "up"], check=True)
+        with exclusively("addons"):  # multikueue.sh runs kueue.sh too
+            subprocess.run([str(script), "up"], check=True)
     elif api not in cluster.kubectl("api-versions").stdout.split():
         pytest.skip(f"{what} ({api}) is not installed on this cluster")
 
@@ -201,7 +212,8 @@ def multikueue(cluster: Cluster, crd: str) -> Iterator[Cluster]:
     watching the tests' namespaces: the worker cluster."""
     if not cluster.local:
         pytest.skip("brings up a second local cluster beside the local one (multikueue.sh)")
-    subprocess.run([str(MULTIKUEUE_SH), "up"], check=True)
+    with exclusively("addons"):
+        subprocess.run([str(MULTIKUEUE_SH), "up"], check=True)
     api = k8s_config.new_client_from_config(config_file=str(WORKER_KUBECONFIG))
     worker = Cluster(kubeconfig=WORKER_KUBECONFIG, local=True, started_here=False, api=api)
     try:

@@ -7,12 +7,14 @@ session started it, unless ``DDP_KEEP_CLUSTER=1``).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,16 +83,33 @@ def _local_running() -> bool:
     return subprocess.run([str(CLUSTER_SH), "status"], capture_output=True).returncode == 0
 
 
+@contextlib.contextmanager
+def exclusively(name: str) -> Iterator[None]:
+    """Hold the checkout's lock ``name`` (a file under .cluster/locks): test sessions running at
+    once (pytest-xdist's workers) take turns at a step that must not run twice at the same time,
+    such as bringing the cluster, the real node or Kueue up."""
+    locks = ROOT / ".cluster" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with (locks / f"{name}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 def connect() -> Cluster:
-    """Use KUBECONFIG if set, else bring the local cluster up (or reuse it)."""
+    """Use KUBECONFIG if set, else bring the local cluster up (or reuse it).
+
+    One of pytest-xdist's workers brings it up if none runs, but none takes it down: the others
+    still use it (make test brings it up and down around its sessions)."""
     given = os.environ.get("KUBECONFIG")
     if given:
         path, started = Path(given.split(os.pathsep)[0]), False
         local = path.resolve() == LOCAL_KUBECONFIG.resolve()
     else:
-        started = not _local_running()
-        if started:
-            subprocess.run([str(CLUSTER_SH), "up"], check=True)
+        with exclusively("cluster-up"):
+            started = not _local_running()
+            if started:
+                subprocess.run([str(CLUSTER_SH), "up"], check=True)
+        started = started and "PYTEST_XDIST_WORKER" not in os.environ
         path, local = LOCAL_KUBECONFIG, True
     api = config.new_client_from_config(config_file=str(path))
     return Cluster(kubeconfig=path, local=local, started_here=started, api=api)

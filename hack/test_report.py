@@ -1,0 +1,73 @@
+"""make test's closing report: the slowest tests, where the time went, the run against its budget.
+
+Usage: test_report.py REPORT_DIR TOTAL_SECONDS STEP=SECONDS...  (hack/test.sh). Reads the JUnit
+XML files pytest wrote into REPORT_DIR, one per session. Prints the 25 slowest tests of all
+sessions, the seconds of each step, the whole run against the budget (15 minutes warm, 35 cold:
+a run whose build took over a minute was cold), and a closing line ``N passed, N failed``. Exits
+1 when no test ran at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+SLOWEST = 25
+WARM_BUDGET_S = int(os.environ.get("DDP_TEST_BUDGET_S", "900"))
+COLD_BUDGET_S = int(os.environ.get("DDP_TEST_COLD_BUDGET_S", "2100"))
+COLD_BUILD_S = 60  # a build step longer than this built something: the run was cold
+_XDIST_GROUP = re.compile(r"@[\w.\-]+$")  # pytest-xdist's loadgroup suffix on a test's name
+
+
+def cases(report: Path) -> list[tuple[str, float, str]]:
+    """Every test case of every session: (id, seconds, outcome)."""
+    found = []
+    for xml in sorted(report.glob("*.xml")):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            test = _XDIST_GROUP.sub("", case.get("name", ""))
+            name = f"{case.get('classname', '')}::{test}"
+            outcome = "passed"
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    outcome = {"failure": "failed", "error": "error"}.get(child.tag, child.tag)
+                    break
+            found.append((name, float(case.get("time", 0.0)), outcome))
+    return found
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
+
+
+def main(argv: list[str]) -> int:
+    report, total, steps = Path(argv[0]), int(argv[1]), [s.split("=", 1) for s in argv[2:]]
+    found = cases(report)
+    print(f"\n== make test: the {SLOWEST} slowest tests ==")
+    for name, seconds, outcome in sorted(found, key=lambda c: -c[1])[:SLOWEST]:
+        print(f"{seconds:8.1f}s  {name}{'' if outcome == 'passed' else f'  ({outcome})'}")
+    print("\n== make test: where the time went ==")
+    for step, seconds in steps:
+        print(f"{minutes(int(seconds)):>8}  {step}")
+    cold = any(step.startswith("build") and int(s) > COLD_BUILD_S for step, s in steps)
+    budget = COLD_BUDGET_S if cold else WARM_BUDGET_S
+    verdict = "within" if total <= budget else "OVER"
+    print(
+        f"{minutes(total):>8}  in all: {verdict} the {'cold' if cold else 'warm'} budget "
+        f"of {minutes(budget)}"
+    )
+    counts = {o: sum(1 for c in found if c[2] == o) for o in ("passed", "failed", "error", "skipped")}
+    print(
+        f"\n{counts['passed']} passed, {counts['failed'] + counts['error']} failed, "
+        f"{counts['skipped']} skipped"
+    )
+    if not found or counts["passed"] == 0:
+        print("make test: no test ran", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
