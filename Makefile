@@ -13,7 +13,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 	bench bench-quick bench-gang chaos prereqs-demo prereqs-test prereqs-cluster
 
 help:
-	@echo "make demo         local cluster (unless KUBECONFIG), CRD, operator, a sample job to Succeeded"
+	@echo "make demo         local cluster (unless KUBECONFIG names another), CRD, operator, a sample job to Succeeded"
 	@echo "make test         lint, unit tests and cluster tests (brings the local cluster up if needed)"
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
 	@echo "make multikueue-up  a second local cluster (MultiKueue's worker), Kueue on both, connected"

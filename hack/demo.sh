@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# `make demo`: a cluster (the local one unless KUBECONFIG is set), the CRD, the operator, and
-# examples/cpu-job.yaml, applied as it is written, taken to Succeeded.
+# `make demo`: a cluster (the local one unless KUBECONFIG names another), the CRD, the operator,
+# and examples/cpu-job.yaml, applied as it is written, taken to Succeeded.
 #
 # On the local cluster the operator is installed as users install it (the Helm chart, its image
 # built here from the Dockerfile, as a pod of the real node) and keeps running after the demo,
 # watching the namespaces the docs use (DEMO_WATCH: default and ddp-demo), with its progress
 # endpoint on; the job runs in real containers on the real node (the fake nodes are tainted:
-# hack/cluster/manifests/nodes.yaml). `make cluster-down` stops it all. On another cluster
-# (KUBECONFIG) the operator runs as a process of this script, for the demo only: install the
-# chart there to keep one (README, "Install on your cluster").
+# hack/cluster/manifests/nodes.yaml). `make cluster-down` stops it all. The local cluster is
+# recognised whatever KUBECONFIG says (hack/is-local-cluster.sh: unset, the same file, or the
+# same server), so a second run in the shell the first one set up (the printed export) does the
+# same again. On another cluster the operator runs as a process of this script, for the demo
+# only: install the chart there to keep one (README, "Install on your cluster").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -18,7 +20,10 @@ job=hello-ddp
 t0=$SECONDS
 say() { printf '\n==> %s\n' "$*"; }
 
-if [[ -z "${KUBECONFIG:-}" ]]; then
+if hack/is-local-cluster.sh; then
+  if [[ -n "${KUBECONFIG:-}" ]]; then
+    echo "KUBECONFIG=$KUBECONFIG names the local cluster: the demo runs there as without it"
+  fi
   say "Local cluster: control plane, fake nodes and a real node (the first run builds it all)"
   hack/cluster/cluster.sh up
   export KUBECONFIG="$root/.cluster/kubeconfig"

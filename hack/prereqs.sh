@@ -3,7 +3,8 @@
 # `hack/prereqs.sh demo|test|cluster` (make demo, make test, make cluster-up and the targets
 # built on it call it first; .ci/run through make test).
 #   all:      make, git, Python >= 3.11 with venv (the project's .venv)
-#   cluster:  the local cluster (demo and test only without KUBECONFIG): Go >= the newest `go`
+#   cluster:  the local cluster (test only without KUBECONFIG, demo unless it names another
+#             cluster: hack/is-local-cluster.sh): Go >= the newest `go`
 #             line of hack/cluster/*/go.mod, curl, flock, procps, openssl (the webhooks'
 #             certificates of Kueue, Volcano, JobSet); and for its real node (unless
 #             DDP_REAL_NODE=0), as root: iproute2, iptables, socat (realnode.sh), gcc, pkg-config
@@ -78,7 +79,11 @@ declare -A elsewhere=(
 
 needs=(make git python3 python3-venv)
 local_cluster=0
-if [[ $what == cluster || -z "${KUBECONFIG:-}" ]]; then local_cluster=1; fi
+if [[ $what == cluster || -z "${KUBECONFIG:-}" ]]; then
+  local_cluster=1
+elif [[ $what == demo ]] && "$root/hack/is-local-cluster.sh"; then
+  local_cluster=1 # KUBECONFIG names the local cluster: make demo takes the local path
+fi
 if [[ $local_cluster == 1 ]]; then
   needs+=(go curl flock setsid pgrep openssl)
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then

@@ -33,6 +33,7 @@ NOT_REASONS = {
     "StartError", "RunContainerError",
     # kinds, and the vocabulary of Events, conditions and HTTP
     "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "ConfigMap", "Ingress",
+    "Status",
     "Warning", "Normal", "True", "False", "BearerToken", "Accept", "TokenReview", "Authorization",
     # the SDK's names and its local jobs' last phase
     "Client", "LocalClient", "SDKError", "JobFailed", "Deleted",

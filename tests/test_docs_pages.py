@@ -1,6 +1,7 @@
 """The pages a newcomer follows first, run as written against the local cluster: the local
-cluster page's commands (`make demo`, then its ```bash blocks) and the SDK page's ```python
-snippets, each taken from the Markdown, not copied here."""
+cluster page's commands (`make demo`, then its ```bash blocks; `make demo` again in the shell
+the first one set up) and the SDK page's ```python snippets, each taken from the Markdown, not
+copied here."""
 
 from __future__ import annotations
 
@@ -65,6 +66,32 @@ def test_make_demo_leaves_an_operator_and_says_what_next(demo: str) -> None:
     assert "ddpjob/hello-ddp Succeeded" in demo, demo[-3000:]
     assert "The cluster and the operator keep running" in demo, demo[-3000:]
     assert "make cluster-down" in demo
+
+
+def exported(demo: str, env: dict[str, str]) -> dict[str, str]:
+    """``env`` after the `export KUBECONFIG=... PATH=...:$PATH` line `make demo` prints."""
+    line = next(x.strip() for x in demo.splitlines() if x.strip().startswith("export KUBECONFIG="))
+    for word in line.removeprefix("export ").split():
+        key, value = word.split("=", 1)
+        env = env | {key: value.replace("$PATH", env["PATH"])}
+    return env
+
+
+def test_make_demo_again_in_the_shell_it_set_up_keeps_the_operator(
+    cluster: Cluster, demo: str
+) -> None:
+    """The printed export run, then `make demo` again: the local cluster is recognised by its
+    kubeconfig, and the chart's operator is installed again and stays, as on a first run."""
+    env = exported(demo, user_env())
+    assert Path(env["KUBECONFIG"]).resolve() == cluster.kubeconfig.resolve(), env["KUBECONFIG"]
+    again = run(["make", "demo"], env, timeout=900).stdout
+    assert "names the local cluster" in again and "for this demo only" not in again, again
+    assert "ddpjob/hello-ddp Succeeded" in again, again[-3000:]
+    assert "The cluster and the operator keep running" in again, again[-3000:]
+    ready = cluster.kubectl(
+        "rollout", "status", f"deployment/{RELEASE}", "-n", SYSTEM, "--timeout=60s"
+    )
+    assert "successfully rolled out" in ready.stdout, ready.stdout
 
 
 def test_the_local_cluster_page_runs_as_written(cluster: Cluster, demo: str) -> None:

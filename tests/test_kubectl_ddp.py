@@ -13,7 +13,8 @@ import yaml
 from kubernetes import client
 from test_chart import _sa_kubeconfig
 
-from ddp_operator.commands import jobview
+from ddp_operator.commands import jobview, kubeapi, kubectl_ddp
+from ddp_operator.decide import presence
 from ddp_operator.manifests import builders
 from ddp_operator.model.jobspec import resolve
 
@@ -344,10 +345,65 @@ def test_submit_names_every_error_the_api_server_finds(
 
 
 @pytest.mark.cluster
+@pytest.mark.usefixtures("crd")
 def test_a_missing_job_fails_in_one_line(cluster: Cluster, namespace: str) -> None:
     for verb in ("status", "logs"):
         result = ddp(cluster, verb, "nope", "-n", namespace)
-        one_line_failure(result, 1, "404", '"nope" not found')
+        line = one_line_failure(result, 1, "404", '"nope" not found')
+        assert presence.NO_CRD not in line
+
+
+@pytest.mark.cluster
+def test_a_cluster_without_the_crd_is_said_so_in_one_line_by_every_subcommand(
+    cluster: Cluster,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The real API server's answer for a resource it does not serve: the CRD cannot be deleted
+    beside the other tests, so `kubectl ddp` asks here for a group no CRD defines."""
+    monkeypatch.setattr(kubeapi.Api, "resource", ("absent.ddp-operator.io", "v1alpha1", "ddpjobs"))
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(ddpjob("j", namespace)))
+    flags = ("--kubeconfig", str(cluster.kubeconfig))
+    for args in (
+        ("status", "j", "-n", namespace),
+        ("logs", "j", "-n", namespace),
+        ("top", "--once", "-n", namespace),
+        ("top", "-A", "--once"),
+        ("submit", str(manifest)),
+    ):
+        code = kubectl_ddp.main([*args, *flags])
+        said = capsys.readouterr()
+        assert (code, said.out, said.err) == (1, "", f"kubectl ddp: {presence.NO_CRD}\n"), args
+
+
+@pytest.mark.cluster
+def test_a_job_no_operator_watches_is_said_so_in_one_line(
+    cluster: Cluster, quiet: str, tmp_path: Path
+) -> None:
+    """No operator watches ``quiet``: submit waits for one's first word and says none came,
+    status and top say it under the job (after a window of 2 s here, 30 s by default)."""
+    env = {**cluster.env(), "DDP_PICKUP_WINDOW": "2"}
+    line = (
+        f"no operator has picked up ddpjob/lonely in namespace {quiet} after 2 s: "
+        f"is one running and watching {quiet}?"
+    )
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(ddpjob("lonely", quiet, nodes=1)))
+    out = run_ddp("submit", str(manifest), env=env)
+    assert out.returncode == 0 and out.stdout == f"ddpjob/lonely created in {quiet}\n", out
+    assert out.stderr == f"kubectl ddp: {line}\n", out.stderr
+    out = run_ddp("status", "lonely", "-n", quiet, env=env)
+    assert out.returncode == 0 and out.stdout.splitlines()[1] == f"  {line}", out
+    out = run_ddp("top", "--once", "-n", quiet, env=env)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == line, out
+    out = run_ddp("top", "--once", "-A", env=env)
+    assert out.returncode == 0 and line in out.stdout.splitlines(), out
+    # Within the window (30 s by default), nothing is said yet.
+    out = run_ddp("status", "lonely", "-n", quiet, env=cluster.env())
+    assert out.returncode == 0 and "no operator" not in out.stdout, out
 
 
 def test_an_elastic_job_shows_its_live_world_and_replacements() -> None:

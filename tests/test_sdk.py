@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ddp_operator.decide import presence
 from ddp_operator.sdk import Client, JobFailed, LocalClient, SDKError, job_manifest
 
 from harness.cluster import Cluster
@@ -119,6 +120,46 @@ def test_a_client_deletes_the_jobs_it_submitted_when_its_with_block_ends(
     assert client.submitted == []
     with Client(namespace=quiet, kubeconfig=str(cluster.kubeconfig)) as other:
         assert other.list() == []
+
+
+@pytest.mark.cluster
+def test_a_client_says_when_no_operator_picked_its_job_up(
+    cluster: Cluster, quiet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No operator watches ``quiet``: wait's TimeoutError says so (after a window of 1 s here,
+    30 s by default)."""
+    monkeypatch.setenv("DDP_PICKUP_WINDOW", "1")
+    with Client(namespace=quiet, kubeconfig=str(cluster.kubeconfig)) as client:
+        name = client.submit(job_manifest("t.py", image="i", name="lonely"))
+        with pytest.raises(TimeoutError) as raised:
+            client.wait(name, timeout=3)
+    assert str(raised.value) == (
+        f"ddpjob lonely is Pending, not Succeeded, after 3 s: no operator has picked up "
+        f"ddpjob/lonely in namespace {quiet} after 1 s: is one running and watching {quiet}?"
+    )
+
+
+@pytest.mark.cluster
+def test_a_client_says_when_the_cluster_has_no_crd(cluster: Cluster, quiet: str) -> None:
+    """The real API server's answer for a resource it does not serve: the CRD cannot be deleted
+    beside the other tests, so the client asks here for a group no CRD defines. A job that is
+    not there, on a cluster with the CRD, keeps its own message."""
+    client = Client(namespace=quiet, kubeconfig=str(cluster.kubeconfig))
+    with pytest.raises(SDKError, match=r'^get_namespaced_custom_object: 404 .*"nope" not found'):
+        client.get("nope")
+    client.resource = ("absent.ddp-operator.io", "v1alpha1", "ddpjobs")
+    calls = (
+        lambda: client.get("nope"),
+        client.list,
+        lambda: client.submit(job_manifest("t.py", image="i")),
+        lambda: client.wait("nope"),
+        lambda: client.delete("nope"),
+    )
+    for call in calls:
+        with pytest.raises(SDKError) as raised:
+            call()
+        assert str(raised.value) == presence.NO_CRD and raised.value.status == 404
+    client.close()
 
 
 @pytest.mark.torch

@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..decide import kubelet_events
+from ..decide import kubelet_events, presence
 from ..decide.conditions import parse_time
 from ..decide.progress_report import summary
 from ..model import constants as c
@@ -84,11 +84,14 @@ def render_status(
     now: datetime | None = None,
     events: Sequence[Mapping[str, Any]] = (),
     fake_nodes: Collection[str] = (),
+    window: float = presence.WINDOW_S,
 ) -> str:
     """One line for the job, its notable conditions, then one line per worker; a worker not
     started yet gets the reason of its latest Warning Event (``events``) if it has one, and one
     on a kwok node (``fake_nodes``: a local or test cluster's simulated ones) is marked, with a
-    line under the table saying what that means."""
+    line under the table saying what that means. A job no operator has spoken to ``window``
+    seconds after its creation says so under its first line."""
+    now = now or datetime.now(UTC)
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     nodes = int(spec.get("nodes", 1))
     lines = [
@@ -99,9 +102,11 @@ def render_status(
         lines[0] += (  # elastic: the live world size, and the workers replaced alone
             f"  world={status.get('worldSize', 0)}  replacements={status.get('replacements', 0)}"
         )
+    if unheard := presence.unheard(job, now, window):
+        lines.append(f"  {unheard}")
     if status.get("progress"):
         phase = status.get("phase")
-        lines.append(f"  progress: {summary(status['progress'], phase, now or datetime.now(UTC))}")
+        lines.append(f"  progress: {summary(status['progress'], phase, now)}")
     for cond in status.get("conditions") or []:
         if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")

@@ -1,17 +1,19 @@
 """The cluster as `kubectl ddp` reads it: the current kubeconfig context's jobs, pods, Events
-and, for kwok's simulated nodes, node metadata."""
+and, for kwok's simulated nodes, node metadata. A cluster that does not serve DDPJobs (no CRD)
+is ``CRDMissing``, said in one line."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import yaml
 
-from ..decide import kubelet_events
+from ..decide import kubelet_events, presence
 from ..model import constants as c
 
 # A node's metadata alone, and kwok's mark of the nodes it simulates.
@@ -19,8 +21,16 @@ PARTIAL = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 KWOK_NODE = "kwok.x-k8s.io/node"
 
 
+class CRDMissing(Exception):
+    """The cluster does not serve DDPJobs: its message says how to install the CRD."""
+
+
 class Api:
     """The cluster of the current kubeconfig context (KUBECONFIG or --kubeconfig)."""
+
+    # The DDPJob resource asked for: (group, version, plural); a test points it at one the
+    # cluster does not serve, to see what a cluster without the CRD answers.
+    resource: tuple[str, str, str] = (c.GROUP, c.VERSION, c.PLURAL)
 
     def __init__(self, kubeconfig: str | None, context: str | None):
         from kubernetes import client, config
@@ -32,8 +42,56 @@ class Api:
         chosen = next((x for x in contexts if x["name"] == context), active) if context else active
         self.namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
 
+    def _ddpjobs(
+        self, call: Callable[..., Any], *args: Any, ns: str | None = None, **kw: Any
+    ) -> Any:
+        """``call`` (of ``self.custom``) on the DDPJob resource in namespace ``ns`` (None: every
+        namespace) with ``args``; CRDMissing if the cluster does not serve the resource."""
+        from kubernetes.client.exceptions import ApiException
+
+        group, version, plural = self.resource
+        where = () if ns is None else (ns,)
+        try:
+            return call(group, version, *where, plural, *args, **kw)
+        except ApiException as exc:
+            if presence.crd_missing(exc.status, exc.body):
+                raise CRDMissing(presence.NO_CRD) from exc
+            raise
+
     def job(self, ns: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, name)
+        return self._ddpjobs(self.custom.get_namespaced_custom_object, name, ns=ns)
+
+    def jobs(self, ns: str | None) -> list[dict[str, Any]]:
+        """The DDPJobs of namespace ``ns``, or of every namespace (None)."""
+        if ns is None:
+            found = self._ddpjobs(self.custom.list_cluster_custom_object)
+        else:
+            found = self._ddpjobs(self.custom.list_namespaced_custom_object, ns=ns)
+        return found.get("items") or []
+
+    def create(self, ns: str, body: dict[str, Any], dry_run: str | None = None) -> dict[str, Any]:
+        """Create the DDPJob ``body`` in ``ns`` (``dry_run="All"``: only ask whether it would
+        be refused)."""
+        kw = {"dry_run": dry_run} if dry_run else {}
+        return self._ddpjobs(self.custom.create_namespaced_custom_object, body, ns=ns, **kw)
+
+    def pickup(self, ns: str, name: str, seconds: float) -> str | None:
+        """Wait until an operator has written the job's status (None) or the job is older than
+        ``seconds`` without it: then the line that says so (``presence.unheard``). Polled, 0.1 s
+        at first, at most 1 s apart; ``seconds`` + 5 s at most by this machine's clock."""
+        from datetime import UTC, datetime
+
+        give_up, pause = time.monotonic() + seconds + 5, 0.1
+        while True:
+            job = self.job(ns, name)
+            if not presence.awaits_operator(job):
+                return None
+            if said := presence.unheard(job, datetime.now(UTC), seconds):
+                return said
+            if time.monotonic() > give_up:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
         found = self.core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}={name}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -13,11 +14,12 @@ from typing import Any
 
 import yaml
 
+from ..decide import presence
 from ..manifests.builders import trainer_index
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from . import jobview, localrun, refusals, topview
-from .kubeapi import Api
+from .kubeapi import Api, CRDMissing
 
 
 def load_job(path: str) -> dict[str, Any]:
@@ -56,11 +58,17 @@ def _api(args: argparse.Namespace) -> tuple[Api, str]:
     return api, args.namespace or api.namespace
 
 
+def _window() -> float:
+    """How long a job may go without a word from any operator (``DDP_PICKUP_WINDOW``)."""
+    return presence.window(os.environ)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     api, ns = _api(args)
     job, pods = api.job(ns, args.name), api.pods(ns, args.name)
     fake = api.fake_nodes(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
-    print(jobview.render_status(job, pods, events=api.pod_warnings(ns, pods), fake_nodes=fake))
+    events = api.pod_warnings(ns, pods)
+    print(jobview.render_status(job, pods, events=events, fake_nodes=fake, window=_window()))
     return 0
 
 
@@ -69,11 +77,8 @@ def cmd_top(args: argparse.Namespace) -> int:
     namespaced = not args.all_namespaces
     try:
         while True:
-            if namespaced:
-                found = api.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL)
-            else:
-                found = api.custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)
-            table = topview.render_top(found.get("items") or [], datetime.now(UTC), namespaced)
+            found = api.jobs(ns if namespaced else None)
+            table = topview.render_top(found, datetime.now(UTC), namespaced, _window())
             if args.once:
                 print(table)
                 return 0
@@ -85,8 +90,10 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     api, ns = _api(args)
-    api.job(ns, args.name)  # fails clearly if there is no such job
+    job = api.job(ns, args.name)  # fails clearly if there is no such job
     pods = api.pods(ns, args.name)
+    if not pods and (unheard := presence.unheard(job, datetime.now(UTC), _window())):
+        print(unheard, file=sys.stderr)
     if args.worker is not None:
         pods = [p for p in pods if p["metadata"]["labels"].get(c.LABEL_INDEX) == str(args.worker)]
         if not pods:
@@ -123,7 +130,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     """Create the job. The local checks (``resolve``, a part of the CRD's) go first; where they
     find errors, the API server is asked for its list without creating anything (a dry run),
-    as it is the whole list `kubectl apply` prints; theirs stands when it cannot be asked."""
+    as it is the whole list `kubectl apply` prints; theirs stands when it cannot be asked.
+    Then, unless ``--no-wait``, wait for an operator's first word on the job (its status,
+    normally within a second), saying so on stderr if none comes within the window."""
     body = load_job(args.file)
     try:
         resolve(body)
@@ -135,9 +144,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         api, ns = _api(args)
         ns = body["metadata"].get("namespace") or ns
-        api_args = (c.GROUP, c.VERSION, ns, c.PLURAL, body)
         if found:
-            api.custom.create_namespaced_custom_object(*api_args, dry_run="All")
+            api.create(ns, body, dry_run="All")
     except ApiException as exc:
         if exc.status == 422 or not found:
             raise
@@ -146,8 +154,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
             raise
     if found:  # not refused by the API server (an older CRD there), or it could not be asked
         raise SpecError(*found)
-    created = api.custom.create_namespaced_custom_object(*api_args)
-    print(f"ddpjob/{created['metadata']['name']} created in {ns}")
+    created = api.create(ns, body)
+    name = created["metadata"]["name"]
+    print(f"ddpjob/{name} created in {ns}", flush=True)
+    if not args.no_wait and (unheard := api.pickup(ns, name, _window())):
+        print(f"kubectl ddp: {unheard}", file=sys.stderr)
     return 0
 
 
@@ -179,6 +190,11 @@ def parser() -> argparse.ArgumentParser:
     top_.set_defaults(func=cmd_top)
     submit = sub.add_parser("submit", help="create a DDPJob from a manifest file")
     submit.add_argument("file", help="manifest with a DDPJob ('-' for stdin)")
+    submit.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="do not wait for an operator to pick the job up (default: up to 30 s)",
+    )
     _cluster_flags(submit)
     submit.set_defaults(func=cmd_submit)
     local = sub.add_parser(
@@ -203,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return args.func(args)
+    except CRDMissing as exc:
+        return _fail(1, str(exc))
     except ApiException as exc:
         headline, errors = refusals.api_errors(exc.body)
         return _fail(1, f"{exc.status} {exc.reason}: {headline}", errors)

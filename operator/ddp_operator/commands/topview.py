@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..decide import presence
 from ..decide.progress_report import stale
 from .jobview import age
 
@@ -45,15 +46,24 @@ def row(job: Mapping[str, Any], now: datetime, namespaced: bool) -> list[str]:
     ]
 
 
-def render_top(jobs: Sequence[Mapping[str, Any]], now: datetime, namespaced: bool = True) -> str:
-    """The table of jobs, by namespace and name."""
+def render_top(
+    jobs: Sequence[Mapping[str, Any]],
+    now: datetime,
+    namespaced: bool = True,
+    window: float = presence.WINDOW_S,
+) -> str:
+    """The table of jobs, by namespace and name; under it, one line for each job that no
+    operator has spoken to ``window`` seconds after its creation."""
     head = ["NAME", "PHASE", "WORKERS", "PROGRESS", "STEP", "ETA", "SAMPLES/S", "AGE"]
     rows = [head if namespaced else ["NAMESPACE", *head]]
     key = lambda j: (j["metadata"].get("namespace", ""), j["metadata"]["name"])  # noqa: E731
-    rows += [row(j, now, namespaced) for j in sorted(jobs, key=key)]
+    ordered = sorted(jobs, key=key)
+    rows += [row(j, now, namespaced) for j in ordered]
     if len(rows) == 1:
         return "no DDPJobs"
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-    return "\n".join(
+    table = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    ]
+    notes = [line for j in ordered if (line := presence.unheard(j, now, window))]
+    return "\n".join([*table, *notes])

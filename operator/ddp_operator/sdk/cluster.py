@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+from ..decide import presence
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from .manifest import job_manifest
@@ -42,7 +45,15 @@ class Client:
     As a context manager (``with Client() as client:``) it deletes, on the way out, the jobs it
     submitted and has not deleted, finished or not, so that a failure or a timeout in the block
     leaves nothing running; used alone, the jobs stay until deleted.
+
+    A cluster without the DDPJob CRD is an SDKError that says so; ``wait``'s TimeoutError says
+    when no operator has picked the job up ``pickup_window`` seconds (``DDP_PICKUP_WINDOW``,
+    else 30) after its creation.
     """
+
+    # The DDPJob resource asked for: (group, version, plural); a test points it at one the
+    # cluster does not serve, to see what a cluster without the CRD answers.
+    resource: tuple[str, str, str] = (c.GROUP, c.VERSION, c.PLURAL)
 
     def __init__(
         self,
@@ -64,6 +75,7 @@ class Client:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.submitted: list[str] = []  # what ``close`` (the end of a with block) deletes
+        self.pickup_window = presence.window(os.environ)
 
     def __enter__(self) -> Client:
         return self
@@ -88,12 +100,18 @@ class Client:
         if kept:
             raise SDKError(f"could not delete ddpjobs {', '.join(kept)}")
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    def _call(
+        self, what: str, fn: Callable[..., Any], *args: Any, ddpjobs: bool = False, **kw: Any
+    ) -> Any:
+        """``fn(*args, **kw)``; an API error as SDKError, and one that says the cluster does
+        not serve DDPJobs (a call on them: ``ddpjobs``) as the line that says so."""
         from kubernetes.client.exceptions import ApiException
 
         try:
             return fn(*args, **kw)
         except ApiException as exc:
+            if ddpjobs and presence.crd_missing(exc.status, exc.body):
+                raise SDKError(presence.NO_CRD, exc.status) from exc
             try:
                 message = json.loads(exc.body or "{}").get("message") or exc.reason
             except ValueError:
@@ -101,8 +119,9 @@ class Client:
             raise SDKError(f"{what}: {exc.status} {message}", exc.status) from exc
 
     def _jobs(self, fn: str, *args: Any, **kw: Any) -> Any:
-        call = getattr(self.custom, fn)
-        return self._call(fn, call, c.GROUP, c.VERSION, self.namespace, c.PLURAL, *args, **kw)
+        call, (group, version, plural) = getattr(self.custom, fn), self.resource
+        where = (group, version, self.namespace, plural)
+        return self._call(fn, call, *where, *args, ddpjobs=True, **kw)
 
     def submit(self, manifest: Mapping[str, Any]) -> str:
         """Create the DDPJob of a manifest (checked here first); its name."""
@@ -144,7 +163,7 @@ class Client:
         self, name: str, phase: str = "Succeeded", timeout: float = 600, poll: float = 1.0
     ) -> dict[str, Any]:
         """The job once in ``phase``; JobFailed if it ends otherwise, TimeoutError after
-        ``timeout`` seconds."""
+        ``timeout`` seconds (saying so if no operator has picked the job up)."""
         deadline = time.monotonic() + timeout
         while True:
             job = self.get(name)
@@ -159,7 +178,9 @@ class Client:
                     status.get("firstFailure"),
                 )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"ddpjob {name} is {now}, not {phase}, after {timeout} s")
+                said = f"ddpjob {name} is {now}, not {phase}, after {timeout} s"
+                unheard = presence.unheard(job, datetime.now(UTC), self.pickup_window)
+                raise TimeoutError(f"{said}: {unheard}" if unheard else said)
             time.sleep(poll)
 
     def _pods(self, name: str, worker: int | None) -> list[tuple[int, str]]:
