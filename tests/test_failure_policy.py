@@ -5,13 +5,15 @@ the next. Pure: facts in, a verdict out."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ddp_operator.decide import failure_policy
 from ddp_operator.decide.failure_facts import WorkerFailure, ordered
 from ddp_operator.decide.failure_policy import Counts
 from ddp_operator.model import failure_policy as fp
-from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.jobspec import SpecError, resolve
 
 from jobs import ddpjob
 
@@ -192,3 +194,104 @@ def test_record_counts_the_restart_and_names_the_first_failure() -> None:
         "rule": "default",
         "collateral": 0,
     }
+
+
+T3, T9 = "2026-01-01T00:00:03Z", "2026-01-01T00:00:09Z"
+ECHO = "RuntimeError: [pair.cc:534] Connection reset by peer"
+CAUSE = "ValueError: bad batch 17 in shard 3"
+
+
+@pytest.mark.parametrize(("late", "decides"), [(T1, 3), (T3, 3), (T9, 0)])
+def test_an_echo_within_the_window_never_decides(late: str, decides: int) -> None:
+    # failure_facts.COLLATERAL_WINDOW (5 s): the cause's pod ends later (torchrun tears its other
+    # ranks down first); the echo of another pod comes first in time.
+    echo = crash(0, 1, time=T0, message=ECHO)
+    cause = crash(3, 1, time=late, message=CAUSE)
+    assert ordered([echo, cause])[0].index == decides
+    j = job([{"name": "bug", "action": "FailJob", "onMessagePattern": "ValueError"}])
+    v = failure_policy.decide(j, ordered([echo, cause]), NONE, "not elastic")
+    assert (v.action == fp.FAIL_JOB) is (decides == 3)
+
+
+def test_echoes_alone_keep_the_order_in_time() -> None:
+    one, two = crash(0, 1, time=T0, message=ECHO), crash(1, 1, time=T1, message=ECHO)
+    assert [f.index for f in ordered([two, one])] == [0, 1]
+
+
+def test_a_message_rule_sees_the_deciding_ranks_block_only() -> None:
+    # Under torchrun (--tee 3) the pod's output holds rank 0's collateral NCCL error
+    # ("Connection closed by remote peer") beside rank 1's ValueError, the root cause.
+    text = (Path(__file__).parent / "data" / "torch" / "tee-value-error.log").read_text()
+    failure = crash(1, 1, message=text)
+    network = {"action": "RestartGroupNotCounted", "onMessagePattern": "Connection (closed|reset)"}
+    v = failure_policy.decide(job([network]), [failure], NONE, "not elastic")
+    assert v.rule == "default" and v.action == fp.RESTART_GROUP
+    bug = {"name": "bug", "action": "FailJob", "onMessagePattern": "ValueError: bad batch"}
+    v = failure_policy.decide(job([network, bug]), [failure], NONE, "not elastic")
+    assert (v.rule, v.action) == ("bug", fp.FAIL_JOB)
+
+
+@pytest.mark.timeout(60)
+def test_a_pathological_pattern_is_matched_in_linear_time() -> None:
+    # RE2: with Python's re, (a+)+b on 100,000 a's would not end in this test's life.
+    pattern = resolve_rule({"onMessagePattern": "(a+)+b"}).message_pattern
+    assert pattern is not None and pattern.search("a" * 100_000) is None
+    j = job([{"action": "FailJob", "onMessagePattern": "(a+)+b"}])
+    v = failure_policy.decide(j, [crash(message="a" * 100_000)], NONE, "not elastic")
+    assert v.rule == "default"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        (r"(NCCL) \1", "invalid escape sequence"),  # a backreference: RE2 has none
+        ("NCCL(?= error)", "invalid perl operator"),  # lookahead
+        ("CUDA (out of memory", "missing )"),
+    ],
+)
+def test_a_pattern_re2_refuses_is_refused_naming_the_field(pattern: str, words: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        job(
+            [
+                {"action": "FailJob", "onReasons": ["Error"]},
+                {"action": "FailJob", "onMessagePattern": pattern},
+            ]
+        )
+    said = str(refused.value)
+    assert "spec.failurePolicy.rules[1].onMessagePattern is not a regular expression (RE2)" in said
+    assert words in said
+
+
+def test_re2_reads_what_python_re_would_not() -> None:
+    rule = resolve_rule({"onMessagePattern": r"(?i)\p{Lu}\w+Error: CUDA"})
+    assert rule.message_pattern is not None
+    assert rule.message_pattern.search("torch.OutOfMemoryError: cuda out of memory")
+
+
+def test_record_names_the_rank_and_the_failed_collective() -> None:
+    text = (Path(__file__).parent / "data" / "torch" / "nccl-timeout-torchrun.log").read_text()
+    v = failure_policy.decide(job(), [crash(0, 1, message=text)], NONE, "not elastic")
+    assert v.cause.startswith("j-worker-0 (rank 1, local rank 1) exited with code 1 (Error): ")
+    new: dict = {}
+    failure_policy.record(new, v, attempt=0, in_place=False)
+    first = new["firstFailure"]
+    assert (first["rank"], first["localRank"]) == (1, 1)
+    assert (first["collective"], first["collectiveSeqNum"]) == ("ALLREDUCE", 2)
+    assert first["collectiveLine"] == "train.py:5"
+    assert first["summary"].startswith("c10::DistBackendError: Watchdog caught collective")
+
+
+def test_a_signal_with_no_exception_says_so() -> None:
+    oom = crash(1, 137, reason="OOMKilled", message="step 18 loss 0.0526\nstep 19 loss 0.0500")
+    v = failure_policy.decide(job(), [oom], NONE, "not elastic")
+    assert v.cause == (
+        "j-worker-1 exited with code 137 (OOMKilled, killed by SIGKILL): no exception in its output"
+    )
+    new: dict = {}
+    failure_policy.record(new, v, attempt=0, in_place=False)
+    assert "summary" not in new["firstFailure"]
+    assert new["firstFailure"]["message"].endswith("step 19 loss 0.0500")
+
+
+def resolve_rule(matchers: dict) -> fp.Rule:
+    return job([{"action": "FailJob", **matchers}]).failure_policy.rules[0]

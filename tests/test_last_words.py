@@ -36,7 +36,7 @@ def message(name: str) -> str:
         ("g-json", None, BAD, False),
         ("h-sigterm", None, "torch.distributed.elastic.multiprocessing.api.SignalException", True),
         ("i-refused", None, "torch.distributed.DistNetworkError: The client socket", True),
-        ("j-kill", 1, "Signal 9 (SIGKILL) received by PID 14", False),
+        ("j-kill", 1, "killed by SIGKILL, no exception in its output", False),
         ("m0", 1, GLOO + "Connection closed by peer", True),
         ("m1", 1, BAD, False),
         ("n0", 0, BAD, False),
@@ -115,7 +115,9 @@ def test_a_ranks_own_lines_name_its_error_without_error_file() -> None:
             "=" * 60,
         ]
     )
-    assert read(tail) == LastWords(1, BAD, "rank      : 3 (local_rank: 1)\nexitcode  : 1 (pid: 12)")
+    own = 'Traceback (most recent call last):\n  File "/scripts/train.py", line 13, in step\n'
+    block = "rank      : 3 (local_rank: 1)\nexitcode  : 1 (pid: 12)"
+    assert read(tail) == LastWords(1, BAD, f"{own}{BAD}\n{block}", rank=3)  # rank 2's left out
 
 
 NCCL = (
@@ -155,3 +157,79 @@ def test_lines_keep_whole_lines_within_the_limit() -> None:
     assert words.lines.endswith("step 399: loss 57.000000")
     long = "x" * 5000
     assert len(read(long).lines) == LIMIT and len(read(long).summary) == 512
+
+
+TORCH = Path(__file__).parent / "data" / "torch"  # constructed, not recorded: see its README
+TIMEOUT = (
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, "
+    "NumelIn=1, NumelOut=1, Timeout(ms)=20000) ran for 20032 milliseconds before timing out."
+)
+
+
+def log(name: str, cut: bool = False) -> str:
+    """A constructed log, whole (a log read) or as the kubelet keeps it (2048 bytes, 80 lines)."""
+    text = (TORCH / f"{name}.log").read_text()
+    return (
+        "\n".join(text.encode()[-2048:].decode(errors="ignore").splitlines()[-80:]) if cut else text
+    )
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_an_nccl_timeout_names_the_collective_not_a_frame(cut: bool) -> None:
+    words = read(log("nccl-timeout-python", cut), exit_code=134)
+    assert words.summary == f"c10::DistBackendError: {TIMEOUT}"
+    assert (words.rank, words.collective.op, words.collective.seq) == (0, "ALLREDUCE", 2)
+    assert words.collective.line == (None if cut else "train.py:5")  # printed 5 KB before the end
+    assert words.collateral
+    assert "frame #" not in words.lines and "Exception raised from" not in words.lines
+
+
+def test_under_torchrun_a_signal_reads_the_ranks_own_exception() -> None:
+    words = read(log("nccl-timeout-torchrun"), exit_code=1)
+    assert words.summary == f"c10::DistBackendError: {TIMEOUT}"
+    assert (words.rank, words.local_rank, words.collective.line) == (1, 1, "train.py:5")
+    # The kubelet's cut holds no exception of the rank: the signal, nothing invented.
+    cut = read(log("nccl-timeout-torchrun", cut=True), exit_code=1)
+    assert cut.summary == "killed by SIGABRT, no exception in its output"
+    assert (cut.rank, cut.local_rank) == (1, 1)
+
+
+def test_a_remote_error_on_a_survivor_is_collateral() -> None:
+    words = read(log("nccl-remote-error"), exit_code=134)
+    assert words.summary.startswith("c10::DistBackendError: NCCL error: remote process exited")
+    assert words.collateral and words.rank == 0
+    assert words.lines.endswith(
+        "socketProgress: Connection closed by remote peer job-worker-1.job.ns.svc<41234>"
+    )
+
+
+def test_tee_prefixes_the_deciding_ranks_block_and_no_warning() -> None:
+    words = read(log("tee-value-error"), exit_code=1)
+    assert (words.summary, words.rank, words.local_rank) == (BAD, 1, 1)
+    assert not words.collateral
+    assert "destroy_process_group" not in words.block and "ncclRemoteError" not in words.block
+    assert words.block.startswith("step 0 loss 1.0000\nTraceback")  # rank 1's lines only
+
+
+def test_a_signal_after_plain_output_invents_no_summary() -> None:
+    words = read(log("oomkilled"), exit_code=137)
+    assert words.summary == "" and words.lines.endswith("step 19 loss 0.0500")
+    assert read(log("oomkilled")).summary == "step 19 loss 0.0500"  # an exit code of its own
+
+
+def test_a_gloo_timeout_on_a_survivor_is_collateral() -> None:
+    words = read(log("gloo-timeout"), exit_code=1)
+    assert words.summary.endswith("Timed out waiting 1800000ms for recv operation to complete")
+    assert words.collateral and words.rank == 1
+
+
+def test_without_root_cause_the_rank_whose_error_is_no_echo_decides() -> None:
+    tail = "\n".join(
+        [
+            f"[rank0]: {GLOO}Connection closed by peer [10.0.0.1]:1.",
+            f"[rank1]: {BAD}",
+            f"[rank2]: {GLOO}Application timeout caused pair closure",
+        ]
+    )
+    words = read(tail, exit_code=1)
+    assert (words.summary, words.rank, words.block) == (BAD, 1, BAD)

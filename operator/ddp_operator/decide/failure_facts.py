@@ -5,7 +5,10 @@ first failure first. Pure: the observed pods (and the last state of those gone) 
 The order is by when each failure happened (the container's ``finishedAt``, a disruption's
 time); within a second (the API's resolution) a failure whose message looks like the
 consequence of another rank's (a collective's broken connection) comes after, then by index.
-A failure with no time (a pod deleted) comes last.
+A failure with no time (a pod deleted) comes last. Then the cause wins over its echo: where the
+first is collateral and a failure that is not collateral happened within
+``COLLATERAL_WINDOW`` of it (a root pod's ``finishedAt`` includes torchrun tearing its other
+ranks down), the earliest such failure goes first.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import cached_property
 
 from ..manifests.builders import worker_name
@@ -24,6 +28,8 @@ from . import last_words, outcomes
 DISRUPTED_REASONS = frozenset(("Evicted", "NodeLost", "Preempted", "Preempting"))
 DELETED = "Deleted"  # a pod deleted by someone, with no disruption condition
 STUCK = "RestartStuck"  # an in-place restart not done in time
+# A collateral failure this close to one that is not never decides the attempt.
+COLLATERAL_WINDOW = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class WorkerFailure:
     @cached_property
     def words(self) -> last_words.LastWords:
         """Its last words, read once (the message, the order and the status all use them)."""
-        return last_words.read(self.message)
+        return last_words.read(self.message, self.exit_code)
 
     def describe(self) -> str:
         """What happened, in one line: the pod, how it ended, where, its first words."""
@@ -65,8 +71,14 @@ class WorkerFailure:
         words = self.words
         where = f" on node {self.node}" if self.node else ""
         said = f": {words.summary}" if words.summary else ""
+        if not said and self.signal and words.lines:  # its output goes on, no exception in it
+            said = ": no exception in its output"
         if self.exit_code is not None:
-            rank = f" (local rank {words.local_rank})" if words.local_rank is not None else ""
+            ranks = (
+                f"rank {words.rank}" if words.rank is not None else "",
+                f"local rank {words.local_rank}" if words.local_rank is not None else "",
+            )
+            rank = f" ({', '.join(filter(None, ranks))})" if any(ranks) else ""
             killed = self.signal and f"killed by {self.signal}"
             extra = ", ".join(filter(None, (self.reason, killed)))
             how = f"exited with code {self.exit_code}" + (f" ({extra})" if extra else "")
@@ -151,15 +163,30 @@ def collect(
 
 def ordered(failures: list[WorkerFailure]) -> list[WorkerFailure]:
     """First failure first (see the module docstring)."""
-    return sorted(
-        failures,
-        key=lambda f: (
-            f.time is None,
-            f.time or "",
-            last_words.says_collateral(f.words.summary),
-            f.index,
-        ),
+    found = sorted(
+        failures, key=lambda f: (f.time is None, f.time or "", f.words.collateral, f.index)
     )
+    first = found[0] if found else None
+    if first is None or not first.words.collateral or (since := _when(first.time)) is None:
+        return found
+    cause = next(
+        (
+            f
+            for f in found
+            if not f.words.collateral
+            and (when := _when(f.time)) is not None
+            and when - since <= COLLATERAL_WINDOW
+        ),
+        None,
+    )
+    return found if cause is None else [cause, *(f for f in found if f is not cause)]
+
+
+def _when(time: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(time) if time else None
+    except ValueError:
+        return None
 
 
 def stuck(messages: list[str]) -> list[WorkerFailure]:

@@ -1,10 +1,12 @@
 """What a job does about a failed attempt: its failures in (``failure_facts``, first first), one
 action out. Pure; ``reconcile.plan`` calls ``decide`` once per failed attempt.
 
-1. The first failure in time decides (the others are most often its consequence: counted,
-   not listed first).
+1. The first failure decides (``failure_facts.ordered``: the first in time, but never an echo
+   of a cause that came within seconds of it; the others are most often its consequence:
+   counted, not listed first).
 2. The first rule of ``spec.failurePolicy.rules`` it matches gives the action; every matcher
-   a rule has must match (exit code In/NotIn, reason, pod condition, message pattern).
+   a rule has must match (exit code In/NotIn, reason, pod condition, message pattern: RE2,
+   searched in the deciding rank's block, ``LastWords.block``).
 3. With no rule matching, the default: an elastic job's worker is replaced alone
    (``ReplaceWorker``); a disruption (eviction, preemption, drain, lost node: the pod's
    ``DisruptionTarget`` condition or reason) restarts the group without counting; anything
@@ -79,7 +81,8 @@ def _matches(rule: fp.Rule, failure: WorkerFailure) -> bool:
         for have, why in failure.conditions
     ):
         return False
-    return rule.message_pattern is None or bool(rule.message_pattern.search(failure.message))
+    pattern = rule.message_pattern  # RE2, on the deciding rank's block, not every rank's tail
+    return pattern is None or bool(pattern.search(failure.words.block))
 
 
 def action_for(job: JobSpec, failure: WorkerFailure) -> tuple[str, str]:
@@ -178,12 +181,16 @@ def record(new: dict[str, Any], verdict: Verdict, attempt: int, in_place: bool) 
         "worker": first.index if first.index >= 0 else None,
         "pod": first.pod or None,
         "node": first.node,
+        "rank": words.rank,
         "localRank": words.local_rank,
         "exitCode": first.exit_code,
         "signal": first.signal,
         "reason": first.reason,
         "message": words.lines[:1024] or first.message[-1024:] or None,
         "summary": words.summary or None,
+        "collective": words.collective.op,
+        "collectiveSeqNum": words.collective.seq,
+        "collectiveLine": words.collective.line,
         "time": first.time,
         "action": verdict.action,
         "rule": verdict.rule,

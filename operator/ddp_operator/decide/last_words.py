@@ -1,12 +1,18 @@
-"""A failed trainer's last words: its termination message read into the failing process's local
-rank, the one line that says what went wrong, and the last meaningful lines. Pure.
+"""A failed trainer's last words: its termination message (or log) read into the deciding
+process's ranks, the one line that says what went wrong, its last meaningful lines, and the
+collective that failed. Pure; the shapes of torch's output are ``torch_output``'s.
 
 The message is what the kubelet kept: with ``FallbackToLogsOnError``, the log's last 2048 bytes
 (80 lines) when the container wrote no message; else the file's last 4096 bytes, so a long
 error JSON of torchrun's ``@record`` arrives cut at its head. Under torchrun the log ends with
-its "Root Cause (first observed failure)" block (the failing process's local rank, exit code
-and, where the script's main has ``@record``, its traceback); that block is trusted over
-everything else in the tail, where other ranks' errors and torchrun's own traceback also are.
+its "Root Cause (first observed failure)" block (the failing process's global and local rank,
+exit code and, where the script's main has ``@record``, its traceback); that block is trusted
+over everything else in the tail, where other ranks' errors and torchrun's own traceback also
+are. Without it, where the lines of several ranks show (by their prefixes), the deciding rank is
+the first whose exception is not collateral, else the last with one.
+
+The exception is a Python one (``ValueError: ...``) or an uncaught C++ one (``what():``);
+a process killed by a signal with none in its output gets no summary made of its last line.
 """
 
 from __future__ import annotations
@@ -16,6 +22,18 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from .torch_output import (
+    NO_COLLECTIVE,
+    NOISE,
+    Collective,
+    Line,
+    collateral,
+    collective,
+    split,
+    thrown,
+)
+from .torch_output import what_goes_on as _what_goes_on
+
 LIMIT = 1024  # characters of ``lines``
 SUMMARY_LIMIT = 512
 ROOT_CAUSE = "Root Cause (first observed failure):"
@@ -24,64 +42,52 @@ ROOT_CAUSE = "Root Cause (first observed failure):"
 _EXCEPTION = re.compile(
     r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration)(?::.*)?$"
 )
-_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")  # torch prefixes a rank's uncaught traceback
 _LOCAL_RANK = re.compile(r"local_rank:\s*(\d+)")
-_BOILERPLATE = re.compile(
-    r"^\s*$|^[=*-]{5,}$|^\s*[\^~]+\s*$|To enable traceback see|Setting OMP_NUM_THREADS"
-    r"|^[IWEF]\d{4} [\d:.]+ +\d+ \S+\] ?[=*-]*\s*$"  # torchrun's banner, logged empty
-)
-# What a rank prints when another rank (or the pod) went first: gloo's and the store's lost
-# connections (seen in real pods: "Connection closed by peer ... caused by a remote worker
-# crashing", a store "timed out ... while trying to connect to"), NCCL's remote errors and
-# aborts, a collective's timeout, torchrun's agent or a worker terminated (SIGTERM).
-_COLLATERAL = re.compile(
-    r"closed by (?:remote )?peer|reset by peer|broken pipe|connection refused|remote worker"
-    r"|remote process exit|ncclRemoteError|communicator was aborted|collective operation timeout"
-    r"|DistNetworkError|trying to connect to|Connection was likely closed|RendezvousClosedError"
-    r"|Signal 15 \(SIGTERM\)|got signal: 15|Received 15 death signal",
-    re.IGNORECASE,
-)
+_RANK = re.compile(r"^(\d+)")
+_SIGNAL = re.compile(r"^Signal \d+ \((SIG\w+)\)")
 
 
 @dataclass(frozen=True)
 class LastWords:
-    """What a failure's message says: the failing process's local rank (where torchrun says),
-    the line that names the error (``summary``) and the last meaningful lines (``lines``)."""
+    """What a failure's output says: the deciding process's local and global rank (where the
+    output says), the line that names the error (``summary``), the last meaningful lines
+    (``lines``), the failed collective, and whether the error is another rank's echo."""
 
     local_rank: int | None
     summary: str
     lines: str
+    rank: int | None = None
+    collective: Collective = NO_COLLECTIVE
+    collateral: bool = False
+
+    @property
+    def block(self) -> str:
+        """The deciding rank's block, as rules match it: its exception and its last lines."""
+        return self.lines if self.summary in self.lines else f"{self.summary}\n{self.lines}"
 
 
-def read(message: str | None) -> LastWords:
-    """Read a termination message: torchrun's error JSON, a log tail with or without torchrun's
-    Root Cause block, a plain traceback or log; an empty one says nothing."""
+def read(message: str | None, exit_code: int | None = None) -> LastWords:
+    """Read a termination message (or log): torchrun's error JSON, a log tail with or without
+    torchrun's Root Cause block, a plain traceback or log; an empty one says nothing.
+    ``exit_code`` above 128 (a signal) with no exception in the output: no summary."""
     text = _error_json(message or "")
-    text = (message or "") if text is None else text
-    ranked = [_unprefix(line.rstrip()) for line in text.splitlines()]
-    lines = [line for _, line in ranked]
-    start = max((i for i, line in enumerate(lines) if ROOT_CAUSE in line), default=-1)
+    lines = split((message or "") if text is None else text)
+    start = max((i for i, line in enumerate(lines) if ROOT_CAUSE in line.text), default=-1)
     if start >= 0:
-        return _root_cause(ranked, start)
-    found = end = _exception(lines)
-    while found >= 0 and end + 1 < len(lines) and lines[end + 1].strip():  # its message goes on
-        end += 1
-    meaningful = _meaningful(lines[: end + 1] if found >= 0 else lines)
-    summary = lines[found].strip() if found >= 0 else (meaningful[-1].strip() if meaningful else "")
-    rank = next((m for line in lines if (m := _LOCAL_RANK.search(line))), None)
-    return LastWords(int(rank.group(1)) if rank else None, _cap(summary), _tail(meaningful))
+        return _root_cause(lines, start)
+    return _story(_deciding(lines), signalled=exit_code is not None and exit_code > 128)[0]
 
 
 def looks_collateral(message: str | None) -> bool:
     """Whether a failure looks like the consequence of another rank's (or the pod's) end: its
-    summary, the root cause's error, says a peer went away or the process was terminated."""
-    return says_collateral(read(message).summary)
+    error, the root cause's, says a peer went away or the process was terminated."""
+    return read(message).collateral
 
 
 def says_collateral(summary: str) -> bool:
     """Whether a summary (``LastWords.summary``) says a peer went away or the process was
     terminated."""
-    return bool(_COLLATERAL.search(summary))
+    return collateral(summary)
 
 
 def _error_json(text: str) -> str | None:
@@ -114,32 +120,89 @@ def _error_json(text: str) -> str | None:
     return stack if isinstance(stack, str) and stack.strip() else str(error.get("message", ""))
 
 
-def _root_cause(ranked: list[tuple[int | None, str]], start: int) -> LastWords:
-    """torchrun's Root Cause block: its rank line, exit code and traceback (or signal)."""
+def _root_cause(lines: list[Line], start: int) -> LastWords:
+    """torchrun's Root Cause block: its rank line, exit code and traceback (or signal); without
+    a traceback, the rank's own lines where the output still holds them."""
     block: list[str] = []
-    for _, line in ranked[start + 2 :]:  # past the header and "[0]:"
-        if line.startswith("====="):
+    for line in lines[start + 2 :]:  # past the header and "[0]:"
+        if line.text.startswith("====="):
             break
-        block += [] if re.match(r"\s*(time|host|error_file)\s*:", line) else [line]
+        block += [] if re.match(r"\s*(time|host|error_file)\s*:", line.text) else [line.text]
     block = textwrap.dedent("\n".join(block)).splitlines()
     fields: dict[str, str] = {}
     for name, value in re.findall(r"^(\w+)\s*: (.*)$", "\n".join(block), re.MULTILINE):
         fields.setdefault(name, value)
     local = _LOCAL_RANK.search(fields.get("rank", ""))
-    found = _exception(block)
-    if found >= 0:
-        summary = block[found].strip()
-    elif (trace := fields.get("traceback", "")).startswith("Signal"):
-        summary = trace.strip()
-    else:  # no error file: the rank's own "[rankN]: ..." lines, where the tail still holds them
-        rank = fields.get("rank", "").split(" ")[0]
-        own = [line for r, line in ranked[:start] if str(r) == rank]
-        at = _exception(own)
+    rank = int(found.group(1)) if (found := _RANK.match(fields.get("rank", ""))) else None
+    local_rank = int(local.group(1)) if local else None
+    if _exception(block) >= 0:
+        words = _story([Line(line) for line in block], signalled=False)[0]
+        return LastWords(local_rank, words.summary, words.lines, rank, collateral=words.collateral)
+    owners = {rank, None if local_rank is None else f"local{local_rank}"} - {None}
+    own = [line for line in lines[:start] if line.owner in owners]
+    words, found = _story(own, signalled=False)
+    fallback = _meaningful(block)
+    shown = "\n".join(filter(None, (words.lines, *fallback)))
+    if found:
+        summary = words.summary
+    elif signal := _SIGNAL.match(fields.get("traceback", "")):
+        summary = f"killed by {signal.group(1)}, no exception in its output"
+    else:
         code = fields.get("exitcode", "?").split(" ")[0]
-        none = f"exit code {code} (no traceback: no error file from @record)"
-        summary = own[at].strip() if at >= 0 else none
-    rank = int(local.group(1)) if local else None
-    return LastWords(rank, _cap(summary), _tail(_meaningful(block)))
+        summary = f"exit code {code} (no traceback: no error file from @record)"
+    return LastWords(
+        local_rank,
+        _cap(summary),
+        _tail(shown.splitlines()),
+        rank,
+        words.collective,
+        words.collateral or collateral(summary),
+    )
+
+
+def _story(lines: list[Line], signalled: bool) -> tuple[LastWords, bool]:
+    """One process's lines read, and whether they hold an exception: its last (Python's or
+    C++'s ``what():``), with the lines its message goes on over, else its last meaningful line
+    (none if ``signalled``)."""
+    texts = [line.text for line in lines]
+    found = end = _exception(texts)
+    at, cpp = thrown(texts)
+    if at > found:
+        found, end, summary = at, _what_goes_on(texts, at), cpp
+        said = "\n".join([cpp, *texts[at + 1 : end + 1]])
+    else:
+        while found >= 0 and end + 1 < len(texts) and texts[end + 1].strip():
+            end += 1  # its message goes on
+        summary = texts[found].strip() if found >= 0 else ""
+        said = "\n".join(texts[found : end + 1]) if found >= 0 else ""
+    meaningful = _meaningful(texts[: end + 1] if found >= 0 else texts)
+    if found < 0 and not signalled:
+        summary = meaningful[-1].strip() if meaningful else ""
+    local = next((m for text in texts if (m := _LOCAL_RANK.search(text))), None)
+    local_rank = int(local.group(1)) if local else lines[found].local if found >= 0 else None
+    ranks = [line.rank for line in lines if line.rank is not None]
+    rank = lines[found].rank if found >= 0 and lines[found].rank is not None else None
+    words = LastWords(
+        local_rank,
+        _cap(summary),
+        _tail(meaningful),
+        rank if rank is not None else (ranks[-1] if ranks and len(set(ranks)) == 1 else None),
+        collective(texts),
+        collateral(said or summary),
+    )
+    return words, found >= 0
+
+
+def _deciding(lines: list[Line]) -> list[Line]:
+    """The deciding process's lines where several ranks' show (else all): the first whose
+    exception is not collateral, else the last with an exception."""
+    owners = list(dict.fromkeys(line.owner for line in lines if line.owner is not None))
+    if len(owners) < 2:
+        return lines
+    stories = [(o, _story([x for x in lines if x.owner == o], False)) for o in owners]
+    found = [(o, words) for o, (words, has) in stories if has]
+    cause = next((o for o, w in found if not w.collateral), found[-1][0] if found else None)
+    return [line for line in lines if line.owner == cause] if cause is not None else lines
 
 
 def _exception(lines: list[str]) -> int:
@@ -155,13 +218,8 @@ def _exception(lines: list[str]) -> int:
     return found
 
 
-def _unprefix(line: str) -> tuple[int | None, str]:
-    match = _RANK_PREFIX.match(line)
-    return (int(match.group(1)), line[match.end() :]) if match else (None, line)
-
-
 def _meaningful(lines: list[str]) -> list[str]:
-    return [line for line in lines if not _BOILERPLATE.search(line)]
+    return [line for line in lines if not NOISE.search(line)]
 
 
 def _tail(lines: list[str]) -> str:
