@@ -8,7 +8,7 @@
 # fill what every test shares) and the `last` ones (they take the real node down).
 # PYTEST_ARGS (make test PYTEST_ARGS=...) goes to both sessions.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
 workers="${DDP_TEST_WORKERS:-3}"
 report=.cluster/test-report
@@ -35,7 +35,7 @@ started=""
 if [[ -n "$local_cluster" ]]; then
   # scheduler-plugins, Volcano and Kueue, needed only by their tests, build at the lowest priority
   # meanwhile; their tests wait for them (build.sh's lock) if they are not done.
-  (nice -n 19 bash -c 'for t in scheduler-plugins volcano kueue; do hack/cluster/build.sh $t; done' \
+  (for t in scheduler-plugins volcano kueue; do nice -n 19 hack/cluster/build.sh "$t"; done \
     >/dev/null 2>&1 &)
   if ! hack/cluster/cluster.sh status >/dev/null 2>&1; then
     hack/cluster/cluster.sh up || exit 1

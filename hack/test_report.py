@@ -58,7 +58,8 @@ def main(argv: list[str]) -> int:
         f"{minutes(total):>8}  in all: {verdict} the {'cold' if cold else 'warm'} budget "
         f"of {minutes(budget)}"
     )
-    counts = {o: sum(1 for c in found if c[2] == o) for o in ("passed", "failed", "error", "skipped")}
+    outcomes = [outcome for _, _, outcome in found]
+    counts = {o: outcomes.count(o) for o in ("passed", "failed", "error", "skipped")}
     print(
         f"\n{counts['passed']} passed, {counts['failed'] + counts['error']} failed, "
         f"{counts['skipped']} skipped"

@@ -17,7 +17,7 @@ from harness.operator import OperatorProcess
 from harness.scenario import KINDS, Kubelet, Ledger, ScriptedJob, run_until_done, verify
 from jobs import ddpjob
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 
 @pytest.fixture

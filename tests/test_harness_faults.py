@@ -21,7 +21,7 @@ from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
 from harness.scenario import Kubelet, Ledger, ScriptedJob, run_until_done, verify
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 NODE = "cpu-node-1"
 GRACE = 20  # node-monitor-grace-period of hack/cluster/kwokctl.yaml

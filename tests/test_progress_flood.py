@@ -22,7 +22,7 @@ from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess, free_port
 from jobs import ddpjob
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 WRITES = 'ddp_operator_api_requests_total{code="200",verb="patch_progress"}'
 

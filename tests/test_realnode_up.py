@@ -15,7 +15,7 @@ import pytest
 from harness.cluster import CLUSTER_SH, ROOT, Cluster, wait_for
 from harness.realnode import REALNODE_SH
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900), pytest.mark.serial]
 
 RN = ROOT / ".cluster" / "realnode"
 DAEMONS = ("containerd", "kubelet", "kube-proxy", "coredns", "api-forward", "netpol")
