@@ -57,11 +57,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
 
     # pytest-xdist (make test: --dist loadgroup) gives each file to one worker, so that its
-    # module fixtures are made once; the files whose tests run torch on this machine (`torch`:
-    # kubectl ddp local, LocalClient, each binding worker 0's rendezvous port) to one worker.
-    local_torch = {item.path for item in items if item.get_closest_marker("torch")}
+    # module fixtures are made once; and every file that runs torch (`node`: real containers,
+    # `torch`: kubectl ddp local and LocalClient, which also bind worker 0's rendezvous port on
+    # this machine) to one worker, one file after another: a few dozen torch processes at once
+    # fill 24 GiB, and two cores run no more of them at once any faster.
+    torch = {i.path for i in items if i.get_closest_marker("node") or i.get_closest_marker("torch")}
     for item in items:
-        group = "local-torch" if item.path in local_torch else item.path.name
+        group = "torch" if item.path in torch else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
 
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
