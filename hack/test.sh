@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # make test: lint beside the local cluster's build, the cluster up (unless KUBECONFIG is set), the
-# suite in two pytest sessions, the cluster down again if this run brought it up, then where the
-# time went against the budget (hack/test_report.py).
-# The suite: first every test not marked `serial` or `last`, its files spread over
-# DDP_TEST_WORKERS pytest-xdist workers (3; 0 runs it all in one session) that share the cluster,
-# each with its own namespaces and operator; then, alone, the `serial` tests (they stop, silence or
-# fill what every test shares) and the `last` ones (they take the real node down).
-# PYTEST_ARGS (make test PYTEST_ARGS=...) goes to both sessions.
+# suite, the cluster down again if this run brought it up, then the 25 slowest tests and where
+# the time went against the budget (hack/test_report.py).
+# The suite, in three pytest sessions on the one cluster, each test in namespaces of its own:
+#   torch:  the tests that run torch (`node`: real containers; `torch`: kubectl ddp local), one
+#           after another, as before: a few dozen torch processes at once fill 24 GiB;
+#   api:    meanwhile the others (the API server's, and the pure ones), their files spread over
+#           DDP_TEST_WORKERS pytest-xdist workers (2), one file to a worker;
+#   alone:  then the `serial` tests (they stop, silence or fill what every test shares) and the
+#           `last` ones (they take the real node down), by themselves.
+# DDP_TEST_WORKERS=0 runs the whole suite in one session instead. PYTEST_ARGS (make test
+# PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
+# in which no test ran is not.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
-workers="${DDP_TEST_WORKERS:-3}"
+workers="${DDP_TEST_WORKERS:-2}"
 report=.cluster/test-report
 rm -rf "$report" && mkdir -p "$report"
 start=$SECONDS
@@ -44,26 +49,37 @@ if [[ -n "$local_cluster" ]]; then
 fi
 took "cluster up"
 
-# pytest's exit 5 (nothing selected) is fine for one session: hack/test_report.py fails a run
-# that ran no test at all.
 rc=0
+# session NAME [--quiet] PYTEST-ARGS...: one pytest session, its results in $report/NAME.xml and
+# its output in $report/NAME.log, shown as it comes but with --quiet (a session run beside another
+# is shown after it). Fails with pytest's exit code, but for 5 (nothing selected).
 session() {
-  local name=$1
+  local name=$1 out=/dev/stdout got
   shift
-  "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}"
-  local got=$?
-  [[ $got -eq 0 || $got -eq 5 ]] || rc=$got
+  if [[ $1 == --quiet ]]; then
+    out=/dev/null
+    shift
+  fi
+  "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}" 2>&1 |
+    tee "$report/$name.log" >"$out"
+  got=${PIPESTATUS[0]}
+  [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
 }
 if [[ "$workers" -gt 0 ]]; then
-  session parallel -n "$workers" --dist loadgroup -m "not docker and not gpu and not serial and not last"
-  took "tests in parallel ($workers workers)"
-  session alone -m "not docker and not gpu and (serial or last)"
+  session torch --quiet -m "(node or torch) and not serial and not last and not docker and not gpu" &
+  torch=$!
+  session api -n "$workers" --dist loadfile \
+    -m "not node and not torch and not serial and not last and not docker and not gpu" || rc=$?
+  wait "$torch" || rc=$?
+  echo "== the torch session, run meanwhile =="
+  cat "$report/torch.log"
+  took "tests: torch, and meanwhile the others ($workers workers)"
+  session alone -m "(serial or last) and not docker and not gpu" || rc=$?
   took "tests alone (serial, last)"
 else
-  session all -m "not docker and not gpu"
+  session all -m "not docker and not gpu" || rc=$?
   took "tests in one session"
 fi
-
 if [[ -n "$started" ]]; then hack/cluster/cluster.sh down; fi
 took "cluster down"
 if ! "$bin/python" hack/test_report.py "$report" "$((SECONDS - start))" "${steps[@]}"; then

@@ -37,7 +37,6 @@ LATE = ("coscheduling", "volcano", "kueue", "multikueue")
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     docker = (
         shutil.which("docker")
@@ -55,16 +54,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def late(item: pytest.Item) -> int:
         needs = set(getattr(item, "fixturenames", ()))
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
-
-    # pytest-xdist (make test: --dist loadgroup) gives each file to one worker, so that its
-    # module fixtures are made once; and every file that runs torch (`node`: real containers,
-    # `torch`: kubectl ddp local and LocalClient, which also bind worker 0's rendezvous port on
-    # this machine) to one worker, one file after another: a few dozen torch processes at once
-    # fill 24 GiB, and two cores run no more of them at once any faster.
-    torch = {i.path for i in items if i.get_closest_marker("node") or i.get_closest_marker("torch")}
-    for item in items:
-        group = "torch" if item.path in torch else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
 
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
     # Then the slow kinds first (real containers, then the API server's), so that parallel

@@ -56,6 +56,11 @@ def condition(cluster: Cluster, ns: str, name: str, type_: str) -> dict:
     return next((x for x in status.get("conditions") or [] if x["type"] == type_), {})
 
 
+def restored(cluster: Cluster, ns: str, name: str) -> list[dict]:
+    """The job's ObjectsRestored Events, oldest first."""
+    return [e for e in jobs.events(cluster, ns, name) if e["reason"] == "ObjectsRestored"]
+
+
 def test_the_service_and_configmap_deleted_mid_run_come_back_within_seconds(
     cluster: Cluster, namespace: str, operator
 ) -> None:
@@ -80,9 +85,18 @@ def test_the_service_and_configmap_deleted_mid_run_come_back_within_seconds(
     cluster.core.delete_namespaced_config_map(env, namespace)
     cm, took_cm = back(lambda: configmap(cluster, namespace, env), old.metadata.uid, "ConfigMap")
     assert cm.data == old.data, (cm.data, old.data)  # the attempt and the host list
-    events = jobs.wait_event(cluster, namespace, "kept", "ObjectsRestored")
-    said = " | ".join(e["message"] for e in events)
-    assert "Service kept missing" in said and f"ConfigMap {env} missing" in said, said
+    # One Event for each restoration, the second posted after the first: both awaited.
+    said = wait_for(
+        lambda: (
+            (got := " | ".join(e["message"] for e in restored(cluster, namespace, "kept")))
+            and f"ConfigMap {env} missing" in got
+            and got
+        ),
+        timeout=15,
+        what="the ConfigMap's ObjectsRestored Event",
+    )
+    events = restored(cluster, namespace, "kept")
+    assert "Service kept missing" in said, said
     assert all(e["type"] == "Warning" for e in events)
     owned = condition(cluster, namespace, "kept", "OwnedObjects")
     assert owned.get("reason") == "ObjectsRestored", owned
