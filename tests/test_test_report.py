@@ -1,0 +1,59 @@
+"""hack/test_report.py, make test's closing report: the slowest tests of every session, the
+steps' seconds, the budget a run is held to, and a failed run when no test ran."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPORT = Path(__file__).resolve().parents[1] / "hack" / "test_report.py"
+
+
+def junit(path: Path, cases: list[tuple[str, float, str]]) -> None:
+    """A JUnit file as pytest writes it: (name, seconds, outcome) per case."""
+    body = []
+    for name, seconds, outcome in cases:
+        inner = {"passed": "", "failed": '<failure message="x"/>', "skipped": "<skipped/>"}
+        body.append(
+            f'<testcase classname="tests.test_x" name="{name}" time="{seconds}">'
+            f"{inner[outcome]}</testcase>"
+        )
+    path.write_text(
+        f'<testsuites><testsuite name="pytest">{"".join(body)}</testsuite></testsuites>'
+    )
+
+
+def report(tmp_path: Path, total: int, *steps: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPORT), str(tmp_path), str(total), *steps],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_slowest_tests_of_every_session_the_steps_and_the_warm_budget(tmp_path: Path) -> None:
+    junit(tmp_path / "api.xml", [("test_a", 3.0, "passed"), ("test_b", 0.5, "skipped")])
+    junit(tmp_path / "torch.xml", [("test_c@torch", 90.0, "failed"), ("test_d", 40.0, "passed")])
+    done = report(tmp_path, 700, "lint=20", "build (beyond lint)=3", "cluster up=60")
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    slowest = lines[lines.index("== make test: the 25 slowest tests ==") + 1 :][:3]
+    assert slowest[0].endswith("tests.test_x::test_c  (failed)") and "90.0s" in slowest[0], slowest
+    assert "test_d" in slowest[1] and "test_a" in slowest[2], slowest
+    assert "1m00s  cluster up" in lines
+    assert "11m40s  in all: within the warm budget of 15m00s" in lines
+    assert lines[-1] == "2 passed, 1 failed, 1 skipped"
+
+
+def test_a_run_whose_build_built_is_held_to_the_cold_budget(tmp_path: Path) -> None:
+    junit(tmp_path / "all.xml", [("test_a", 1.0, "passed")])
+    done = report(tmp_path, 2400, "lint=20", "build (beyond lint)=1500")
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert "40m00s  in all: OVER the cold budget of 35m00s" in lines
+
+
+def test_a_run_in_which_no_test_ran_fails(tmp_path: Path) -> None:
+    junit(tmp_path / "all.xml", [("test_a", 1.0, "skipped")])
+    done = report(tmp_path, 30, "lint=20")
+    assert done.returncode == 1 and "no test ran" in done.stderr
