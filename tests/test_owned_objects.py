@@ -156,5 +156,9 @@ def test_the_network_policy_deleted_comes_back_and_a_changed_one_is_put_back(
         interval=0.2,
         what="the policy put back",
     )
-    restored = jobs.wait_event(cluster, namespace, "iso", "ObjectsRestored")
-    assert any("changed by hand" in e["message"] for e in restored), restored
+    # Its Event may trail an earlier ObjectsRestored one (the deletion's): awaited itself.
+    wait_for(
+        lambda: any("changed by hand" in e["message"] for e in restored(cluster, namespace, "iso")),
+        timeout=15,
+        what="the ObjectsRestored Event of the policy changed by hand",
+    )
