@@ -2,20 +2,22 @@
 # make test: lint beside the local cluster's build, the cluster up (unless KUBECONFIG is set), the
 # suite, the cluster down again if this run brought it up, then the 25 slowest tests and where
 # the time went against the budget (hack/test_report.py).
-# The suite, in three pytest sessions on the one cluster, each test in namespaces of its own:
+# The suite runs in one pytest session. DDP_TEST_WORKERS=N (N > 0) splits it into three
+# sessions on the one cluster, each test in namespaces of its own:
 #   torch:  the tests that run torch (`node`: real containers; `torch`: kubectl ddp local), one
-#           after another, as before: a few dozen torch processes at once fill 24 GiB;
+#           after another: a few dozen torch processes at once fill 24 GiB;
 #   api:    meanwhile the others (the API server's, and the pure ones), their files spread over
-#           DDP_TEST_WORKERS pytest-xdist workers (2), one file to a worker;
+#           N pytest-xdist workers, one file to a worker;
 #   alone:  then the `serial` tests (they stop, silence or fill what every test shares) and the
 #           `last` ones (they take the real node down), by themselves.
-# DDP_TEST_WORKERS=0 runs the whole suite in one session instead. PYTEST_ARGS (make test
-# PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
-# in which no test ran is not.
+# On 2 cores the split took longer than one session (docs/development/tests.md): the torch
+# tests are CPU-bound and the others' load slows them. PYTEST_ARGS (make test PYTEST_ARGS=...)
+# goes to every session; a session that selects nothing is fine (exit 5), a run in which no
+# test ran is not.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
-workers="${DDP_TEST_WORKERS:-2}"
+workers="${DDP_TEST_WORKERS:-0}"
 report=.cluster/test-report
 rm -rf "$report" && mkdir -p "$report"
 start=$SECONDS

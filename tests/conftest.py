@@ -56,17 +56,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
 
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
-    # Then the slow kinds first (real containers, then the API server's), so that parallel
-    # workers end together, the quick pure tests filling in at the end.
-    def kind(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("node") else 1 if "cluster" in item.keywords else 2
-
     items.sort(
         key=lambda item: (
             item.get_closest_marker("early") is None,
             item.get_closest_marker("last") is not None,
             late(item),
-            kind(item),
         )
     )
 
