@@ -60,8 +60,8 @@ unit: $(STAMP)
 
 # Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
 # hack/test.sh: lint beside the local cluster's build (unless KUBECONFIG), the cluster up, the
-# tests in parallel (pytest-xdist, DDP_TEST_WORKERS=3), then the `serial` and `last` ones alone,
-# the cluster down if it brought it up, the 25 slowest tests and the time against the budget.
+# suite (one pytest session; DDP_TEST_WORKERS=N splits it, see docs/development/tests.md), the
+# cluster down if it brought it up, the 25 slowest tests and the time against the budget.
 test: prereqs-test
 	PYTEST_ARGS="$(PYTEST_ARGS)" hack/test.sh
 
