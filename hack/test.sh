@@ -24,7 +24,9 @@ start=$SECONDS
 step_start=$SECONDS
 steps=()
 took() { steps+=("$1=$((SECONDS - step_start))"); step_start=$SECONDS; }
-read -r -a args <<<"${PYTEST_ARGS:-}"
+# PYTEST_ARGS as the shell reads it (quotes kept: -k "a and b"), as make's recipe did.
+args=()
+eval "args=(${PYTEST_ARGS:-})"
 
 local_cluster=""
 [[ -n "${KUBECONFIG:-}" ]] || local_cluster=1
