@@ -18,6 +18,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
 workers="${DDP_TEST_WORKERS:-0}"
+if [[ ! "$workers" =~ ^[0-9]+$ ]]; then
+  echo "make test: DDP_TEST_WORKERS must be a whole number (0: one session), not '$workers'" >&2
+  exit 2
+fi
 report=.cluster/test-report
 rm -rf "$report" && mkdir -p "$report"
 start=$SECONDS
