@@ -134,6 +134,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     wait_for(
         lambda: cluster.core.list_namespaced_service_account(name).items,
         timeout=30,
+        interval=0.05,
         what=f"serviceaccount in {name}",
     )
     yield name
@@ -145,7 +146,7 @@ def quiet(cluster: Cluster, crd: str) -> Iterator[str]:
     """A fresh namespace no operator watches (the session's watches ``ddpt-*``), with the CRD."""
     name = f"ddpq-{uuid.uuid4().hex[:6]}"
     cluster.core.create_namespace(nodes.fake_nodes_namespace(name))
-    wait_for(lambda: cluster.core.list_namespaced_service_account(name).items, what="sa")
+    wait_for(lambda: cluster.core.list_namespaced_service_account(name).items, 30, 0.05, "sa")
     yield name
     cluster.core.delete_namespace(name, propagation_policy="Background")
 

@@ -86,10 +86,21 @@ def test_a_worker_whose_node_stops_answering_restarts_the_group_elsewhere(
     local: Cluster, namespace: str
 ) -> None:
     """The node is not deleted: it stops answering. The worker counts as failed once the node is
-    lost (unreachable taint + the workers' 30 s toleration), its pod, stuck Terminating with no
-    kubelet to confirm, is force-deleted, and the group runs again on other nodes. A disruption:
-    not counted against backoffLimit (0: a counted restart would fail the job)."""
-    jobs.apply(local, ddpjob("lost", namespace, nodes=2, backoffLimit=0))
+    lost (unreachable taint + the workers' toleration: the template's 5 s here, kept by the
+    builder, instead of its 30 s default), its pod, stuck Terminating with no kubelet to
+    confirm, is force-deleted, and the group runs again on other nodes. A disruption: not
+    counted against backoffLimit (0: a counted restart would fail the job)."""
+    template = ddpjob("lost", namespace)["spec"]["template"]
+    template["spec"]["tolerations"] = [
+        {
+            "key": f"node.kubernetes.io/{taint}",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 5,
+        }
+        for taint in ("unreachable", "not-ready")
+    ]
+    jobs.apply(local, ddpjob("lost", namespace, nodes=2, backoffLimit=0, template=template))
     ws = wait_running(local, namespace, "lost", 2)
     node = ws[1]["spec"]["nodeName"]
     last_heartbeat = faults.silence_node(local, node)

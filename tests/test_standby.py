@@ -109,6 +109,28 @@ def _restarts(cluster: Cluster, ns: str) -> int:
     return int(((jobs.get(cluster, ns, "sb") or {}).get("status") or {}).get("restarts") or 0)
 
 
+# A trainer that waits until the test lets it go (``let_go``): a file in its own container, which
+# a restart in place starts afresh.
+HELD = "until [ -e /tmp/go ]; do sleep 0.1; done"
+
+
+def let_go(cluster: Cluster, ns: str, pod: str, attempt: int) -> None:
+    """Once ``pod``'s trainer runs ``attempt`` (told it, restarted since), let it go on."""
+
+    def runs() -> bool:
+        p = cluster.core.read_namespaced_pod(pod, ns)
+        notes = p.metadata.annotations or {}
+        trainer = next(s for s in p.status.container_statuses or () if s.name == "trainer")
+        return (
+            notes.get("ddp-operator.io/attempt") == str(attempt)
+            and trainer.restart_count > int(notes.get("ddp-operator.io/restarts-when-told", "-1"))
+            and trainer.state.running is not None
+        )
+
+    wait_for(runs, timeout=120, what=f"{pod} running attempt {attempt}")
+    cluster.kubectl("exec", "-n", ns, pod, "-c", "trainer", "--", "touch", "/tmp/go")
+
+
 DECIDED = re.compile(r"ddpjob \S+/sb: RestartingInPlace: .*\(restart (\d) of backoffLimit")
 
 
@@ -134,13 +156,13 @@ def test_a_standby_takes_over_mid_restart_and_gives_back_without_acting_twice(
         what="only the primary ready",
     )
     # Attempt 0: worker 1 fails (the primary restarts the group; killed meanwhile). Attempt 1:
-    # worker 1 fails 25 s in (the standby, active by then). Attempt 2: worker 0 fails 25 s in
-    # (the primary, back). Attempt 3 trains.
+    # worker 1 fails once let go, the standby active (the standby decides). Attempt 2: worker 0
+    # fails once let go, the primary back (the primary decides). Attempt 3 trains.
     script = f"""
 case "$DDP_ATTEMPT" in
   0) if [ "$NODE_RANK" = 1 ]; then sleep 2; exit 3; fi; {WAITS} ;;
-  1) if [ "$NODE_RANK" = 1 ]; then sleep 25; exit 5; fi; {WAITS} ;;
-  2) if [ "$NODE_RANK" = 0 ]; then sleep 25; exit 6; fi; {WAITS} ;;
+  1) if [ "$NODE_RANK" = 1 ]; then {HELD}; exit 5; fi; {WAITS} ;;
+  2) if [ "$NODE_RANK" = 0 ]; then {HELD}; exit 6; fi; {WAITS} ;;
 esac
 {TRAIN}
 """
@@ -148,6 +170,8 @@ esac
     jobs.apply(cluster, job)
     wait_for(lambda: _restarts(cluster, ns) == 1, timeout=120, what="attempt 1 decided")
     ops["primary"].kill()
+    wait_for(lambda: ready(ops["standby"]), timeout=60, what="the standby active")
+    let_go(cluster, ns, "sb-worker-1", 1)
     wait_for(lambda: _restarts(cluster, ns) == 2, timeout=120, what="attempt 2 decided")
     assert _decided(ops["standby"]) == [2], ops["standby"].output()[-3000:]
     assert ready(ops["standby"])
@@ -159,6 +183,7 @@ esac
         what="the standby paused again",
     )
     assert ready(ops["primary"]) and not ready(ops["standby"])
+    let_go(cluster, ns, "sb-worker-0", 2)
     done = jobs.wait_phase(cluster, ns, "sb", "Succeeded", timeout=300)
     status = done["status"]
     assert (status["restarts"], status["countedRestarts"], status["inPlaceRestarts"]) == (3, 3, 3)
