@@ -78,6 +78,8 @@ def test_rendered_rbac_is_least_privilege(mode: str) -> None:
         assert "--namespace=team-a" in args and "--all-namespaces" not in args
     else:
         assert "Role" not in kinds and kinds.count("ClusterRole") == 2
+    logs = [set(r["verbs"]) for r in rules_of(docs) if "pods/log" in r["resources"]]
+    assert logs == [{"get"}] * len(logs) and logs  # a failed worker's log, read only
     for rule in rules_of(docs):
         resources, verbs = set(rule["resources"]), set(rule["verbs"])
         assert "*" not in resources and "*" not in verbs and "*" not in rule["apiGroups"]
@@ -207,6 +209,7 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
 
     assert can_i("create", "pods", "-n", namespace)
     assert can_i("patch", "pods", "-n", namespace)  # the mark Kueue ends a group by
+    assert can_i("get", "pods", "--subresource=log", "-n", namespace)  # a failed worker's log
     assert can_i("patch", "ddpjobs.ddp-operator.io", "--subresource=status", "-n", namespace)
     assert can_i("create", "podgroups.scheduling.k8s.io", "-n", namespace)  # gang scheduling
     assert can_i("create", "workloads.scheduling.k8s.io", "-n", namespace)
@@ -239,6 +242,7 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
         ("create", "roles.rbac.authorization.k8s.io", "-n", namespace),
         ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
         ("create", "pods", "--subresource=exec", "-n", namespace),
+        ("create", "pods", "--subresource=log", "-n", namespace),  # its log: get only
         ("impersonate", "users"),
         ("patch", "ddpjobs.ddp-operator.io", "-n", namespace),  # only its status
         ("delete", "podgroups.scheduling.k8s.io", "-n", namespace),  # GC removes them

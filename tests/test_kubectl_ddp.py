@@ -132,6 +132,20 @@ def test_render_status_names_the_first_failure_with_its_last_lines() -> None:
     ]
 
 
+def test_render_status_says_where_the_first_failure_s_words_came_from() -> None:
+    body = ddpjob("f", "ns", nodes=1)
+    first = {"worker": 0, "exitCode": 1, "action": "FailJob", "rule": "default"}
+    body["status"] = {"firstFailure": {**first, "source": "Log", "message": "RuntimeError: nan"}}
+    lines = jobview.render_status(body, []).splitlines()
+    assert lines[1].endswith("FailJob (default); read from its log")
+    assert lines[2] == "    | RuntimeError: nan"
+    why = "Forbidden: the operator may not get pods/log here"
+    body["status"] = {"firstFailure": {**first, "source": "TerminationMessage", "logError": why}}
+    lines = jobview.render_status(body, []).splitlines()
+    assert lines[1].endswith("FailJob (default)")
+    assert lines[2] == f"    (its log could not be read: {why})"
+
+
 def test_render_status_of_an_in_place_pod_shows_its_attempt_and_its_trainers_end() -> None:
     body = ddpjob("p", "ns", nodes=1)
     body["status"] = {"phase": "Running", "restarts": 2}

@@ -84,7 +84,7 @@ def test_error_json_forms() -> None:
     assert read(json.dumps(dumped)).summary == BAD
     assert read(json.dumps({"message": "the store went away"})).summary == "the store went away"
     no_stack = {"message": {"message": BAD, "extraInfo": {"timestamp": "1"}}}
-    assert read(json.dumps(no_stack)) == LastWords(None, BAD, BAD)
+    assert read(json.dumps(no_stack)) == LastWords(None, BAD, BAD, exception=True)
     assert read('{"step": 17}').summary == '{"step": 17}'  # not torchrun's: a plain line
 
 
@@ -117,7 +117,8 @@ def test_a_ranks_own_lines_name_its_error_without_error_file() -> None:
     )
     own = 'Traceback (most recent call last):\n  File "/scripts/train.py", line 13, in step\n'
     block = "rank      : 3 (local_rank: 1)\nexitcode  : 1 (pid: 12)"
-    assert read(tail) == LastWords(1, BAD, f"{own}{BAD}\n{block}", rank=3)  # rank 2's left out
+    want = LastWords(1, BAD, f"{own}{BAD}\n{block}", rank=3, exception=True)
+    assert read(tail) == want  # rank 2's left out
 
 
 NCCL = (

@@ -1,11 +1,13 @@
 """Failures understood, in real containers on the real node: a failure policy that fails a job
 on the script's own error at once, the first failure in time named with its last lines (the
-collateral ones counted), and an OOMKilled worker named by its reason (``failure_policy``,
-``failure_facts``, ``last_words``; the trainer's ``FallbackToLogsOnError``)."""
+collateral ones counted), an OOMKilled worker named by its reason, and an exception beyond the
+termination message read from the log (``failure_policy``, ``failure_facts``, ``last_words``,
+``failure_logs``; the trainer's ``FallbackToLogsOnError``)."""
 
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -50,6 +52,24 @@ if os.environ["NODE_RANK"] == "1":
         os._exit(3)  # not sys.exit: torch's teardown with a live gloo group can segfault (139)
 dist.all_reduce(torch.ones(1))  # worker 0: broken by worker 1's end
 """
+
+
+# No @record: torchrun's traceback and Root Cause block follow the rank's exception, and the
+# platform's wrapper prints its post-mortem after torchrun: the exception is far beyond the
+# kubelet's last 2048 bytes (torch 2.11 alone puts it ~2.2 KB before the end).
+EVERY_RANK_NAN = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+raise RuntimeError(f"loss is nan at step 17 on rank {dist.get_rank()}")
+"""
+WRAPPER = (
+    'printf "%s" "$SCRIPT" > /tmp/t.py; torchrun /tmp/t.py; rc=$?; i=0; while [ $i -lt 16 ]; '
+    'do echo "post-mortem $i: the node\'s disks, memory and devices, for the platform"; '
+    "i=$((i+1)); done; exit $rc"
+)
 
 
 def scripted(name: str, ns: str, image: str, script: str, launcher: str, **spec) -> dict:
@@ -150,3 +170,30 @@ def test_an_oom_killed_worker_is_named_and_a_rule_on_oomkilled_fails_the_job(
     assert failed["message"].startswith("oom-worker-1 exited with code 137 (OOMKilled"), failed
     first = done["status"]["firstFailure"]
     assert (first["worker"], first["reason"], first["rule"]) == (1, "OOMKilled", "rules[0]")
+
+
+def test_an_exception_beyond_the_termination_message_is_read_from_the_log_once(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """torchrun without ``@record``, every rank raises a RuntimeError; a wrapper prints after
+    torchrun. The termination message holds torchrun's Root Cause block, not the exception; the
+    operator reads the deciding worker's log once and names the exception from it."""
+    job = trainer_job("nan", namespace, images["trainer"], ["sh", "-c", WRAPPER], backoffLimit=0)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "SCRIPT", "value": textwrap.dedent(EVERY_RANK_NAN)}]
+    jobs.apply(cluster, job)
+    done = jobs.wait_phase(cluster, namespace, "nan", "Failed", timeout=300)
+    first = done["status"]["firstFailure"]
+    told = trainer_status(cluster, namespace, first["pod"]).state.terminated.message
+    assert "Root Cause" in told and "RuntimeError" not in told, told  # beyond its 2048 bytes
+    assert first["source"] == "Log" and "logError" not in first, first
+    assert first["summary"].startswith("RuntimeError: loss is nan at step 17 on rank"), first
+    assert first["rank"] == first["worker"] and "raise RuntimeError" in first["message"], first
+    failed = jobs.condition(done, "Failed")["message"]
+    assert "RuntimeError: loss is nan at step 17" in failed and "(read from its log)" in failed
+    jobs.wait_event(cluster, namespace, "nan", "FailureLogRead")
+    time.sleep(3)  # passes after the end read nothing more
+    read = [e for e in jobs.events(cluster, namespace, "nan") if e["reason"] == "FailureLogRead"]
+    assert sum(e.get("count") or 1 for e in read) == 1, read
+    assert f"of pod {first['pod']}'s log (container trainer)" in read[0]["message"], read
+    assert not [e for e in jobs.events(cluster, namespace, "nan") if "Unreadable" in e["reason"]]

@@ -7,7 +7,9 @@ the operator puts them on ``status.progress``, ``kubectl get ddpj`` and its metr
 ``--step-time`` paces the steps (a real model's step takes that long) so that the progress can
 be watched; ``--fail-at-step N`` makes rank 0 exit 3 at step N of attempt 0 (``DDP_ATTEMPT``),
 to watch a group restart. At the end rank 0 prints the longest time between two steps:
-reporting never holds training up, even with the operator down.
+reporting never holds training up, even with the operator down. The backend comes from
+``DDP_BACKEND`` (gloo if unset): under nccl (a GPU worker) the model and its data are on
+``cuda:LOCAL_RANK``, as in train.py; under gloo, on the CPU.
 """
 
 from __future__ import annotations
@@ -34,15 +36,21 @@ def main() -> int:
     parser.add_argument("--fail-at-step", type=int, default=0)
     args = parser.parse_args()
 
-    dist.init_process_group(os.environ.get("DDP_BACKEND", "gloo"), timeout=timedelta(seconds=120))
+    backend = os.environ.get("DDP_BACKEND", "gloo")
+    dist.init_process_group(backend, timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
+    device, local = torch.device("cpu"), int(os.environ.get("LOCAL_RANK", "0"))
+    if backend == "nccl":  # NCCL reduces CUDA tensors only
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
     torch.manual_seed(rank)
-    model = DDP(torch.nn.Linear(1, 1))
+    ids = [local] if device.type == "cuda" else None
+    model = DDP(torch.nn.Linear(1, 1).to(device), device_ids=ids)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = torch.nn.MSELoss()
     gap, last, t0 = 0.0, time.monotonic(), time.monotonic()
     for step in range(1, args.steps + 1):
-        x = torch.randn(args.batch_size, 1)
+        x = torch.randn(args.batch_size, 1, device=device)
         y = 3 * x - 2
         opt.zero_grad()
         loss = loss_fn(model(x), y)

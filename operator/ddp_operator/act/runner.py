@@ -30,7 +30,7 @@ from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_p
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
-from . import claims, kueue_steps, owned_steps, stalls, workload_steps
+from . import claims, failure_logs, kueue_steps, owned_steps, stalls, workload_steps
 from .status_writer import StatusWriter
 from .steps import all_steps
 
@@ -86,6 +86,7 @@ class JobRunner:
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
         self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
         self.legacy_env = False  # a pod of the job read the legacy ConfigMap (``job_configmap``)
+        self.logs = failure_logs.FailureLogs(kube)  # its failures' logs read, once per attempt
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop(), name=f"ddpjob/{key[0]}/{key[1]}")
 
@@ -217,6 +218,7 @@ class JobRunner:
                     seen,
                     evicted,
                     last=self.memory.last,
+                    logs=self.logs.known(job),
                 )
                 # Only the report; the actions are retried by the next pass.
                 plan.create, plan.delete, plan.force_delete, plan.delete_job = [], [], [], False
@@ -241,25 +243,33 @@ class JobRunner:
         seen, evicted = self.memory.seen, self.memory.evicted
         told = await kueue_steps.holdup(self.kube, job, pods)
         pods, look_again = await stalls.explain(self.events, job, pods, now)
-        deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
-        plan = reconcile.plan(
-            job,
-            self.status,
-            pods,
-            now,
-            generation,
-            self.failure,
-            seen,
-            evicted,
-            told,
-            self.refused,
-            self.memory.last,
-            _progress(body),
-            admission,
-        )
+
+        def decide() -> reconcile.Plan:
+            deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
+            plan = reconcile.plan(
+                job,
+                self.status,
+                pods,
+                now,
+                generation,
+                self.failure,
+                seen,
+                evicted,
+                told,
+                self.refused,
+                self.memory.last,
+                _progress(body),
+                admission,
+                self.logs.known(job),
+            )
+            self.spent = time.thread_time() - deciding
+            return plan
+
+        plan = decide()
+        if await self.logs.read(job, plan.read_log, self.body):  # once per failed attempt
+            plan = decide()
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
-        self.spent = time.thread_time() - deciding
         if self.owned is not None:  # what it owns kept as declared, told on the plan
             policy = netpol.isolated(job, self.isolation)
             await owned_steps.keep(

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 from kubernetes.client.exceptions import ApiException
 
+from ..decide.failure_logs import LIMIT_BYTES, TAIL_LINES
 from ..model import constants as c
 from .transport import (
     CONFLICT,
@@ -62,6 +63,26 @@ class Kube(Transport):
         query = urlencode({"fieldSelector": fields, "limit": 500})
         data = await self._call("list_events", "GET", path, query=query, expected=())
         return json.loads(data).get("items") or []
+
+    async def read_log(
+        self, namespace: str, name: str, container: str | None, previous: bool, timeout: float
+    ) -> tuple[str, bool]:
+        """The end of a container's log (its ``previous`` run's): the first LIMIT_BYTES of its
+        last TAIL_LINES lines (``failure_logs`` says why), and whether the limit cut it.
+        ``timeout``: seconds to connect, and between bytes."""
+        query = {"tailLines": TAIL_LINES, "limitBytes": LIMIT_BYTES}
+        query |= {"previous": "true"} if previous else {}
+        query |= {"container": container} if container else {}
+        path = resource_path(CORE, name, "log", namespace=namespace, plural="pods")
+        data = await self._call(  # 404, 400: the pod, or that run of its container, is gone
+            "read_log",
+            "GET",
+            path,
+            query=urlencode(query),
+            expected=(NOT_FOUND, 400),
+            timeout=(timeout, timeout),
+        )
+        return data.decode(errors="replace"), len(data) >= LIMIT_BYTES
 
     async def create_service(self, manifest: Mapping[str, Any]) -> bool:
         """Create a Service; False if one of that name exists already."""

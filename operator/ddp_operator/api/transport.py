@@ -112,11 +112,17 @@ class Transport:
         return response
 
     def _request(
-        self, method: str, path: str, body: Any = None, content_type: str = JSON, query: str = ""
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = JSON,
+        query: str = "",
+        timeout: tuple[float, float] | None = None,
     ) -> bytes:
         """One blocking request; its response body, or ApiException for a status not 2xx."""
         # Read whole: the connection goes back to the pool.
-        return self.open(method, path, body, content_type, query).read()
+        return self.open(method, path, body, content_type, query, timeout).read()
 
     async def _call(
         self,
@@ -127,9 +133,10 @@ class Transport:
         content_type: str = JSON,
         query: str = "",
         expected: tuple[int, ...] = (NOT_FOUND, CONFLICT),
+        timeout: tuple[float, float] | None = None,
     ) -> bytes:
         loop = asyncio.get_running_loop()
-        call = functools.partial(self._request, method, path, body, content_type, query)
+        call = functools.partial(self._request, method, path, body, content_type, query, timeout)
         try:
             data = await loop.run_in_executor(self._pool, call)
         except ApiException as exc:

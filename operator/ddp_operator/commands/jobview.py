@@ -67,8 +67,12 @@ def _first_failure(status: Mapping[str, Any]) -> list[str]:
     head = f"  first failure (attempt {first.get('attempt', 0)}): {who}: {how}"
     head += f"; {first['collateral']} more failed after it" if first.get("collateral") else ""
     head += f"; {first.get('action')} ({first.get('rule')})"
+    head += "; read from its log" if first.get("source") == "Log" else ""
     tail = [f"    | {line}" for line in (first.get("message") or "").splitlines()[-10:]]
-    return [head, *tail]
+    unread = (
+        [f"    (its log could not be read: {first['logError']})"] if "logError" in first else []
+    )
+    return [head, *tail, *unread]
 
 
 FAKE = " (fake)"

@@ -9,6 +9,9 @@ A failure with no time (a pod deleted) comes last. Then the cause wins over its 
 first is collateral and a failure that is not collateral happened within
 ``COLLATERAL_WINDOW`` of it (a root pod's ``finishedAt`` includes torchrun tearing its other
 ranks down), the earliest such failure goes first.
+
+A failure's words are its termination message's, or its log's where the message held no
+exception and the job loop read the log (``failure_logs``: ``WorkerFailure.ask`` says which).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from functools import cached_property
 from ..manifests.builders import worker_name
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
-from . import last_words, outcomes
+from . import failure_logs, last_words, outcomes
 
 # Reasons of the pod (status.reason) that say the control plane took it away.
 DISRUPTED_REASONS = frozenset(("Evicted", "NodeLost", "Preempted", "Preempting"))
@@ -48,6 +51,9 @@ class WorkerFailure:
     disruption: bool = False  # the control plane took the pod away: no fault of the training
     gone: bool = False  # its pod is gone (else: it ended, or is being deleted)
     finished: bool = True  # its pod ended (Failed) before it was removed
+    uid: str | None = None  # its pod's
+    previous: bool = False  # the run that ended is its container's previous one
+    log: failure_logs.LogRead | None = None  # its log, if the job loop read it
 
     @property
     def signal(self) -> str | None:
@@ -60,9 +66,37 @@ class WorkerFailure:
             return None
 
     @cached_property
+    def told(self) -> tuple[last_words.LastWords, str]:
+        """Its last words and where they came from (``failure_logs.chosen``), read once (the
+        message, the order and the status all use them)."""
+        return failure_logs.chosen(last_words.read(self.message, self.exit_code), self.log)
+
+    @property
     def words(self) -> last_words.LastWords:
-        """Its last words, read once (the message, the order and the status all use them)."""
-        return last_words.read(self.message, self.exit_code)
+        return self.told[0]
+
+    @property
+    def source(self) -> str | None:
+        """Where its words came from: its termination message or its log (None: no container
+        of it ended)."""
+        return None if self.exit_code is None else self.told[1]
+
+    def ask(self, attempt: int) -> failure_logs.LogAsk | None:
+        """Its log to read, if its words want it and it was not read: a container of a pod still
+        there that ended non-zero, its message holding no exception."""
+        if self.index < 0 or self.gone or not self.uid or self.log is not None:
+            return None
+        if not failure_logs.needed(self.words, self.exit_code):
+            return None
+        return failure_logs.LogAsk(
+            self.pod,
+            self.uid,
+            self.container,
+            self.previous,
+            attempt,
+            self.message,
+            self.exit_code,
+        )
 
     def describe(self) -> str:
         """What happened, in one line: the pod, how it ended, where, its first words."""
@@ -73,6 +107,10 @@ class WorkerFailure:
         said = f": {words.summary}" if words.summary else ""
         if not said and self.signal and words.lines:  # its output goes on, no exception in it
             said = ": no exception in its output"
+        if self.source == failure_logs.LOG:
+            said += " (read from its log)"
+        elif self.log is not None and self.log.error:
+            said += f" (its log could not be read: {self.log.error})"
         if self.exit_code is not None:
             ranks = (
                 f"rank {words.rank}" if words.rank is not None else "",
@@ -93,8 +131,11 @@ class WorkerFailure:
         return f"{self.pod} failed: {self.reason}{where}{said}"
 
 
-def of_pod(pod: WorkerPod, gone: bool = False) -> WorkerFailure:
-    """The failure of a pod that ended Failed, is being removed, or is ``gone``."""
+def of_pod(
+    pod: WorkerPod, gone: bool = False, log: failure_logs.LogRead | None = None
+) -> WorkerFailure:
+    """The failure of a pod that ended Failed, is being removed, or is ``gone`` (``log``: its
+    log, read)."""
     disruption = pod.disruption
     reason = pod.reason or "Error"
     time = pod.finished_at
@@ -123,6 +164,9 @@ def of_pod(pod: WorkerPod, gone: bool = False) -> WorkerFailure:
         disruption=bool(disruption is not None or pod.node_lost or reason in DISRUPTED_REASONS),
         gone=gone,
         finished=pod.phase == "Failed" or pod.failed_in_place,
+        uid=pod.uid,
+        previous=pod.previous_run,
+        log=log,
     )
 
 
@@ -134,11 +178,13 @@ def collect(
     attempt: int,
     excused: Collection[tuple[str, int]] = (),
     last: Mapping[tuple[str, int], WorkerPod] | None = None,
+    logs: Mapping[tuple[str, int], failure_logs.LogRead] | None = None,
 ) -> list[WorkerFailure]:
     """The failures of ``attempt``, first first. A missing worker has vanished if the whole
     group had been created, or if its pod of this attempt was seen before (``seen``: (pod name,
     attempt); ``last``: its last state, if the watch showed it going); else it is yet to be
-    created. One whose pod Kueue removed, or that is being replaced (``excused``), has not."""
+    created. One whose pod Kueue removed, or that is being replaced (``excused``), has not.
+    ``logs``: the logs read, by (pod UID, attempt)."""
     found: list[WorkerFailure] = []
     for i in range(job.nodes):
         pod = current.get(i)
@@ -157,7 +203,8 @@ def collect(
             or (pod.failed_in_place and pod.attempt_now == attempt)
             or (pod.deleting and pod.phase != "Succeeded")
         ):
-            found.append(of_pod(pod, gone=False))
+            log = (logs or {}).get((pod.uid or "", attempt))
+            found.append(of_pod(pod, gone=False, log=log))
     return ordered(found)
 
 

@@ -6,7 +6,8 @@ action out. Pure; ``reconcile.plan`` calls ``decide`` once per failed attempt.
    counted, not listed first).
 2. The first rule of ``spec.failurePolicy.rules`` it matches gives the action; every matcher
    a rule has must match (exit code In/NotIn, reason, pod condition, message pattern: RE2,
-   searched in the deciding rank's block, ``LastWords.block``).
+   searched in the deciding rank's block, ``LastWords.block``: its log's, where the job loop
+   read it because its termination message held no exception, ``failure_logs``).
 3. With no rule matching, the default: an elastic job's worker is replaced alone
    (``ReplaceWorker``); a disruption (eviction, preemption, drain, lost node: the pod's
    ``DisruptionTarget`` condition or reason) restarts the group without counting; anything
@@ -191,6 +192,8 @@ def record(new: dict[str, Any], verdict: Verdict, attempt: int, in_place: bool) 
         "collective": words.collective.op,
         "collectiveSeqNum": words.collective.seq,
         "collectiveLine": words.collective.line,
+        "source": first.source,
+        "logError": first.log.error if first.log is not None and first.log.error else None,
         "time": first.time,
         "action": verdict.action,
         "rule": verdict.rule,

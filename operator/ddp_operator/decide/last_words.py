@@ -51,7 +51,8 @@ _SIGNAL = re.compile(r"^Signal \d+ \((SIG\w+)\)")
 class LastWords:
     """What a failure's output says: the deciding process's local and global rank (where the
     output says), the line that names the error (``summary``), the last meaningful lines
-    (``lines``), the failed collective, and whether the error is another rank's echo."""
+    (``lines``), the failed collective, whether the error is another rank's echo, and whether
+    the output holds the process's exception at all (else its log may: ``failure_logs``)."""
 
     local_rank: int | None
     summary: str
@@ -59,6 +60,7 @@ class LastWords:
     rank: int | None = None
     collective: Collective = NO_COLLECTIVE
     collateral: bool = False
+    exception: bool = False  # a Python exception or a C++ one's what() was found
 
     @property
     def block(self) -> str:
@@ -137,7 +139,14 @@ def _root_cause(lines: list[Line], start: int) -> LastWords:
     local_rank = int(local.group(1)) if local else None
     if _exception(block) >= 0:
         words = _story([Line(line) for line in block], signalled=False)[0]
-        return LastWords(local_rank, words.summary, words.lines, rank, collateral=words.collateral)
+        return LastWords(
+            local_rank,
+            words.summary,
+            words.lines,
+            rank,
+            collateral=words.collateral,
+            exception=True,
+        )
     owners = {rank, None if local_rank is None else f"local{local_rank}"} - {None}
     own = [line for line in lines[:start] if line.owner in owners]
     words, found = _story(own, signalled=False)
@@ -157,6 +166,7 @@ def _root_cause(lines: list[Line], start: int) -> LastWords:
         rank,
         words.collective,
         words.collateral or collateral(summary),
+        found,
     )
 
 
@@ -189,6 +199,7 @@ def _story(lines: list[Line], signalled: bool) -> tuple[LastWords, bool]:
         rank if rank is not None else (ranks[-1] if ranks and len(set(ranks)) == 1 else None),
         collective(texts),
         collateral(said or summary),
+        found >= 0,
     )
     return words, found >= 0
 

@@ -9,6 +9,7 @@ from typing import Any
 from ..model.constants import FINISHED_PHASES
 from ..model.workers import WorkerPod
 from .conditions import Event
+from .failure_logs import LogAsk
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Plan:
     tell: list[WorkerPod] = field(default_factory=list)  # in-place pods to give the attempt
     finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
     in_place: bool = False  # new pods are built to restart in place
+    read_log: LogAsk | None = None  # the deciding failure's log, to read before acting
 
     @property
     def attempt(self) -> int:

@@ -19,6 +19,7 @@ from . import (
     creation,
     elastic,
     failure_facts,
+    failure_logs,
     failure_policy,
     hangs,
     inplace,
@@ -66,6 +67,7 @@ def plan(
     last: Mapping[tuple[str, int], WorkerPod] = MappingProxyType({}),
     progress: Mapping[str, Any] | None = None,
     admission: kueue_workload.Admission | None = None,
+    logs: Mapping[tuple[str, int], failure_logs.LogRead] = MappingProxyType({}),
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
@@ -74,7 +76,9 @@ def plan(
     from its Workload), why the API server refused in-place pods (``refused``) and, if the last
     attempt to act failed, that failure; ``last``: own pods gone, as last seen; ``progress``:
     the training's latest report (``status.progress``); ``admission``: what the job's own
-    Kueue Workload says (``kueue_workload``: a job not admitted comes suspended)."""
+    Kueue Workload says (``kueue_workload``: a job not admitted comes suspended); ``logs``:
+    the failures' logs read, by (pod UID, attempt) (a plan whose deciding failure wants its
+    log read says so: ``Plan.read_log``)."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
     attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
@@ -195,7 +199,7 @@ def plan(
     excused |= {(p.name, attempt) for p in inplace_fallback.rebuilt(pods, in_place)}
     # An elastic job's Created counts workers before spec.nodes changed: only those seen vanish.
     created = conds.true(c.COND_CREATED) and not job.scalable
-    facts = failure_facts.collect(job, current, created, seen, attempt, excused, last)
+    facts = failure_facts.collect(job, current, created, seen, attempt, excused, last, logs)
     stuck = inplace.stuck(current.values(), attempt, status, now, inplace.limit(job))
     if not facts and not stuck:  # a training that stopped advancing fails too (``hangs``)
         stall, until = hangs.check(job, {**new, "conditions": conds.items}, progress, attempt, now)
@@ -207,6 +211,7 @@ def plan(
         alone = elastic.not_alone(job, failed, current, stuck)
         facts += failure_facts.stuck(stuck)
         verdict = failure_policy.decide(job, facts, failure_policy.Counts.of(new), alone)
+        result.read_log = verdict.first.ask(attempt)  # the runner reads it, then plans again
         response = recovery.respond(
             job, verdict, conds, new, attempt, current, pods, failed, replacing, stuck, in_place
         )

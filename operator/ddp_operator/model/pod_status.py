@@ -122,6 +122,15 @@ def status_of(statuses: Any, name: str | None) -> Mapping[str, Any]:
     return next((s for s in statuses or () if s.get("name") == name), {})
 
 
+def ran_again(statuses: Any, name: str | None) -> bool:
+    """Whether the container's last termination is its previous run's (``lastState``): it has
+    started again since, and the log of the run that ended is its ``previous`` one."""
+    status = status_of(statuses, name)
+    return not (status.get("state") or {}).get("terminated") and bool(
+        (status.get("lastState") or {}).get("terminated")
+    )
+
+
 def cannot_start(cs: Mapping[str, Any], lacks_exit_code: int | None = None) -> str | None:
     """Why a container cannot be started at all (its command cannot be run: the runtime's
     StartError, then RunContainerError while it backs off; or, given ``lacks_exit_code``, it

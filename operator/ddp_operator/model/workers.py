@@ -58,8 +58,10 @@ class WorkerPod:
     env_configmap: str | None = None  # the ConfigMap its trainer reads VC_WORKER_HOSTS from
     env_from: tuple[str, ...] = ()  # the ConfigMaps its trainer takes all of (``envFrom``)
     # How it ended, beyond exit code, reason and message (``failure_facts``): the ending
-    # container, when it ended, the pod's other True conditions (type, reason), its disruption.
+    # container (``previous_run``: its run that ended is its previous one, restarted since),
+    # when it ended, the pod's other True conditions (type, reason), its disruption.
     container: str | None = None
+    previous_run: bool = False
     finished_at: str | None = None
     conditions: tuple[tuple[str, str], ...] = ()
     disruption: ps.Disruption | None = None
@@ -174,6 +176,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
 
     phase = status.get("phase") or "Pending"
     exit_code = reason = message = ended = finished_at = None
+    previous_run = False
     if phase in ("Failed", "Succeeded"):
         terms = ps.terminations(list(status.get("containerStatuses") or []))
         ended, term = trainer, terms.get(trainer or "")
@@ -187,6 +190,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
             reason = term.get("reason")
             message = term.get("message")
             finished_at = term.get("finishedAt")
+            previous_run = ps.ran_again(status.get("containerStatuses"), ended)
         if status.get("reason"):  # Evicted, NodeLost, DeadlineExceeded...
             reason = status.get("reason")
             message = status.get("message") or message
@@ -202,7 +206,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
 
     owner_uid, owner = controller(meta)
     ends = {"phase": phase, "exit_code": exit_code, "reason": reason, "message": message}
-    ends.update(container=ended, finished_at=finished_at)
+    ends.update(container=ended, finished_at=finished_at, previous_run=previous_run)
     disruption = ps.disruption(status)
     ends.update(_in_place(meta, spec, status, trainer))
     return WorkerPod(

@@ -1,0 +1,66 @@
+"""A job loop's reads of its failures' logs (what is read and how: ``decide/failure_logs``):
+the deciding failure's log, once per failed attempt (remembered by (job UID, attempt), never
+read again in a later pass), before the plan that acts on the failure; the loop then plans
+again with it. A read that fails or takes longer than TIMEOUT_SECONDS never holds the restart
+up: the failure is named from its termination message and says why its log could not be read.
+Each read is told on the job by an Event (``FailureLogRead``, or ``FailureLogUnreadable`` as a
+Warning: a Forbidden there is the chart's Role without ``pods/log``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kopf
+
+from ..api.kube import Kube
+from ..decide import failure_logs as fl
+from ..decide.failures import api_message, classify
+from ..model.jobspec import JobSpec
+
+log = logging.getLogger(__name__)
+
+Post = Callable[..., Any]  # kopf.event's signature: (body, type=, reason=, message=)
+
+
+class FailureLogs:
+    """The logs one job loop has read, by (job UID, attempt): the latest attempt's only."""
+
+    def __init__(self, kube: Kube, post: Post = kopf.event) -> None:
+        self.kube = kube
+        self.post = post
+        self.reads: dict[tuple[str, int], fl.LogRead] = {}
+
+    def known(self, job: JobSpec) -> Mapping[tuple[str, int], fl.LogRead]:
+        """The job's logs read, by (pod UID, attempt), as ``reconcile.plan`` takes them."""
+        return {r.key: r for (uid, _), r in self.reads.items() if uid == job.uid}
+
+    async def read(self, job: JobSpec, ask: fl.LogAsk | None, body: Mapping[str, Any]) -> bool:
+        """Read the log a plan asks for, unless one was read for this attempt of the job
+        already; post the Event on ``body``. Returns whether it read (the loop then plans
+        again)."""
+        if ask is None or (key := (job.uid or "", ask.attempt)) in self.reads:
+            return False
+        self.reads = {k: r for k, r in self.reads.items() if k[1] >= ask.attempt}
+        try:
+            text, capped = await asyncio.wait_for(
+                self.kube.read_log(
+                    job.namespace, ask.pod, ask.container, ask.previous, fl.TIMEOUT_SECONDS
+                ),
+                fl.TIMEOUT_SECONDS,
+            )
+        except TimeoutError:
+            done = fl.LogRead(ask.uid, ask.attempt, error=f"no answer in {fl.TIMEOUT_SECONDS:g}s")
+        except Exception as exc:  # any error: named on the failure, never raised into the pass
+            done = fl.LogRead(ask.uid, ask.attempt, error=fl.unreadable(classify(exc)))
+            log.debug("reading %s's log: %s", ask.pod, api_message(exc))
+        else:
+            words = fl.words_of(ask, text, capped)
+            done = fl.LogRead(ask.uid, ask.attempt, words, len(text.encode()))
+        self.reads[key] = done
+        warning, reason, message = fl.said(ask, done)
+        log.info("ddpjob %s/%s: %s", job.namespace, job.name, message)
+        self.post(body, type="Warning" if warning else "Normal", reason=reason, message=message)
+        return True
