@@ -124,6 +124,10 @@ def test_what_wants_no_log() -> None:
     with_exception = failed(message="Traceback (most recent call last):\nValueError: bad batch")
     assert of_pod(with_exception).ask(0) is None  # the message said it
     assert of_pod(failed(code=0)).ask(0) is None
+    assert of_pod(failed(message="step 3\nexiting: bad config\n")).ask(0) is None  # all of it
+    assert of_pod(failed(message="")).ask(0) is not None  # a File policy's: the log unread
+    lines = "".join(f"step {i}\n" for i in range(80))  # 80 lines: the kubelet's limit
+    assert of_pod(failed(message=lines)).ask(0) is not None
     assert of_pod(failed(), gone=True).ask(0) is None  # its pod is gone: so is its log
     deleted = WorkerFailure(1, "j-worker-1", "Deleted", uid="p1", gone=True, finished=False)
     assert deleted.ask(0) is None and deleted.source is None
@@ -131,7 +135,10 @@ def test_what_wants_no_log() -> None:
 
 
 def test_a_log_that_says_no_more_leaves_the_message_s_words() -> None:
-    oom = failed("oomkilled", 137, reason="OOMKilled")
+    whole = failed("oomkilled", 137, reason="OOMKilled")
+    assert of_pod(whole).ask(0) is None  # its message is its whole log: nothing more to read
+    steps = "".join(f"step {i} loss 0.0500\n" for i in range(200))
+    oom = failed("oomkilled", 137, reason="OOMKilled", message=tail(steps))
     read = read_from(oom, "oomkilled")
     assert read.words is not None and not read.words.exception
     told = of_pod(oom, log=read)
@@ -169,7 +176,7 @@ def test_a_container_that_ran_again_is_read_from_its_previous_run() -> None:
     body = ddpjob("j", "ns", nodes=1)
     body["metadata"]["uid"] = "u"
     pod = builders.build_worker_pod(resolve(body), 0, attempt=0)
-    ended = {"exitCode": 1, "reason": "Error", "message": "x"}
+    ended = {"exitCode": 1, "reason": "Error", "message": "x\n" * 80}
     pod["metadata"]["uid"] = "p0"
     pod["status"] = {
         "phase": "Failed",

@@ -7,7 +7,6 @@ termination message read from the log (``failure_policy``, ``failure_facts``, ``
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
 
@@ -192,7 +191,15 @@ def test_an_exception_beyond_the_termination_message_is_read_from_the_log_once(
     failed = jobs.condition(done, "Failed")["message"]
     assert "RuntimeError: loss is nan at step 17" in failed and "(read from its log)" in failed
     jobs.wait_event(cluster, namespace, "nan", "FailureLogRead")
-    time.sleep(3)  # passes after the end read nothing more
+    # Passes after the end (the pods let go, their watches exit, the pods end) read no more.
+    wait_for(
+        lambda: all(
+            w["status"].get("phase") in ("Succeeded", "Failed")
+            for w in jobs.workers(cluster, namespace, "nan")
+        ),
+        timeout=60,
+        what="the workers ended",
+    )
     read = [e for e in jobs.events(cluster, namespace, "nan") if e["reason"] == "FailureLogRead"]
     assert sum(e.get("count") or 1 for e in read) == 1, read
     assert f"of pod {first['pod']}'s log (container trainer)" in read[0]["message"], read

@@ -83,10 +83,10 @@ class WorkerFailure:
 
     def ask(self, attempt: int) -> failure_logs.LogAsk | None:
         """Its log to read, if its words want it and it was not read: a container of a pod still
-        there that ended non-zero, its message holding no exception."""
+        there that ended non-zero, its message holding no exception and maybe cut short."""
         if self.index < 0 or self.gone or not self.uid or self.log is not None:
             return None
-        if not failure_logs.needed(self.words, self.exit_code):
+        if not failure_logs.needed(self.words, self.exit_code, self.message):
             return None
         return failure_logs.LogAsk(
             self.pod,

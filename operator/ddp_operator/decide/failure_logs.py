@@ -8,7 +8,8 @@ torchrun without ``@record`` the rank's exception sits further up (torch 2.11, P
 ~2.2 KB before the end, behind torchrun's own traceback and Root Cause block); torch prints
 an NCCL timeout's ``Stack trace of the failed collective`` ~7.5 KB before the end; a C++ abort
 may leave only frames in the tail. So the log is wanted when the message's words hold no
-exception (Python's or a C++ one's ``what():``): the "no traceback" and signal cases included.
+exception (Python's or a C++ one's ``what():``), the "no traceback" and signal cases included,
+and the message fills the kubelet's tail (a shorter one is the whole log: nothing to read).
 
 How it is asked (``PodLogOptions``): ``limitBytes`` alone keeps the log's *first* bytes, the
 wrong end; ``tailLines`` alone is unbounded in bytes. Both together give the first
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from .failures import Failure
 from .last_words import LastWords, read
 
+MESSAGE_BYTES, MESSAGE_LINES = 2048, 80  # FallbackToLogsOnError's tail: whichever is less
 TAIL_LINES = 500
 LIMIT_BYTES = 128 * 1024
 TIMEOUT_SECONDS = 5.0  # a read never holds a restart up longer
@@ -68,10 +70,18 @@ class LogRead:
         return (self.uid, self.attempt)
 
 
-def needed(words: LastWords, exit_code: int | None) -> bool:
-    """Whether a container's failure wants its log read: it exited non-zero, and its message's
-    words hold no exception."""
-    return exit_code not in (None, 0) and not words.exception
+def cut(message: str) -> bool:
+    """Whether a termination message may be a longer log's end: it fills the kubelet's tail
+    (MESSAGE_BYTES, or MESSAGE_LINES lines). A shorter one holds the whole log already; an
+    empty one may come from a template's ``File`` policy, its log unread."""
+    size = len(message.encode())
+    return not message or size > MESSAGE_BYTES - 64 or message.count("\n") >= MESSAGE_LINES - 1
+
+
+def needed(words: LastWords, exit_code: int | None, message: str) -> bool:
+    """Whether a container's failure wants its log read: it exited non-zero, its message's
+    words hold no exception, and the message may not be its whole log (``cut``)."""
+    return exit_code not in (None, 0) and not words.exception and cut(message)
 
 
 def words_of(ask: LogAsk, text: str, capped: bool) -> LastWords:
