@@ -198,7 +198,63 @@ def test_back_to_back_failures_time_each_restart_from_its_own_tell() -> None:
     told = [worker(0, told=2, restarts=1, told_at=t100, counted=1), failing[1]]
     plan = reconcile.plan(JOB, second.status, told, t125)
     assert plan.attempt == 2 and not plan.delete, condition(plan.status["conditions"], "Restarting")
-    assert plan.status["countedRestarts"] == 2 and plan.requeue_after == 95
+    assert plan.status["countedRestarts"] == 2
+    # Nudged (25 s after its tell), looked at again when its next nudge is due (its deadline,
+    # 95 s on, later).
+    assert [p.name for p in plan.nudge] == ["j-worker-0"] and plan.requeue_after == 20
+
+
+def test_a_told_pod_not_restarted_is_nudged_then_again_until_it_restarts() -> None:
+    """Its kubelet writes the watch's volume only when it syncs the pod: a copy of the
+    ConfigMap older than the tell holds the watch back until the next sync, up to a minute (seen
+    in CI: 60 s late, past the deadline). A change of the pod (``nudged-at``) makes one now."""
+    told = worker(0, told=1, restarts=0, told_at=NOW, counted=0)
+    assert inplace.to_nudge([told], 1, NOW + timedelta(seconds=4)) == []
+    assert inplace.recheck([told], 1, {}, NOW + timedelta(seconds=4), 120) == 1
+    assert inplace.to_nudge([told], 1, NOW + timedelta(seconds=5)) == [told]
+    nudged = dataclasses.replace(told, nudged_at=format_time(NOW + timedelta(seconds=5)))
+    assert inplace.to_nudge([nudged], 1, NOW + timedelta(seconds=24)) == []
+    assert inplace.to_nudge([nudged], 1, NOW + timedelta(seconds=25)) == [nudged]
+    # A nudge of an earlier attempt's restart counts for nothing; a restarted pod is left be.
+    later = dataclasses.replace(nudged, told=2, told_at=format_time(NOW + timedelta(seconds=60)))
+    assert inplace.to_nudge([later], 2, NOW + timedelta(seconds=65)) == [later]
+    assert (
+        inplace.to_nudge(
+            [worker(0, told=1, restarts=1, told_at=NOW, counted=0)], 1, NOW + timedelta(seconds=9)
+        )
+        == []
+    )
+    plan = reconcile.plan(
+        JOB,
+        {"restarts": 1},
+        [told, worker(1, told=1, restarts=1, told_at=NOW, counted=0)],
+        NOW + timedelta(seconds=6),
+    )
+    assert [p.name for p in plan.nudge] == ["j-worker-0"] and not plan.tell and not plan.delete
+
+
+def test_a_waiting_pod_is_not_timed_from_worker_0_s_tell_of_an_earlier_attempt() -> None:
+    """Issue 53's defect: the second in-place restart, worker 0 not yet told it (its old trainer
+    still running, a tell lagging): worker 1 waits, timed from the restart's decision (the
+    Restarting condition), not from worker 0's tell of attempt 1 long before."""
+    since = format_time(NOW + timedelta(seconds=200))
+    conds = [{"type": "Restarting", "status": "True", "lastTransitionTime": since}]
+    master = worker(0, told=1, restarts=1, told_at=NOW, counted=0)
+    waiting = worker(1, told=1, restarts=1, told_at=NOW, counted=0)
+    assert inplace.state(waiting, 2, master) == inplace.WAITS
+    at = NOW + timedelta(seconds=210)
+    assert inplace.stuck([master, waiting], 2, {"conditions": conds}, at, 120) == []
+    assert inplace.recheck([master, waiting], 2, {"conditions": conds}, at, 120) == 110
+    late = NOW + timedelta(seconds=321)
+    assert len(inplace.stuck([master, waiting], 2, {"conditions": conds}, late, 120)) == 1
+
+
+def test_a_pass_asked_for_at_once_is_not_put_off_by_a_later_ask() -> None:
+    plan = reconcile.plan(JOB, {}, [], NOW)
+    plan.requeue_after = None
+    plan.recheck_in(0.0)
+    plan.recheck_in(30)
+    assert plan.requeue_after == 0.0
 
 
 def test_a_pod_still_restarting_is_told_no_later_attempt_until_it_has_restarted() -> None:

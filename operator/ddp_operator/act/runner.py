@@ -324,13 +324,21 @@ class JobRunner:
 
     def _marks(self, job: Any, plan: reconcile.Plan) -> Iterator[tuple[str, Awaitable[bool]]]:
         """Tell the plan's pods its attempt (only those still at the attempt seen: ``standby``),
-        and let the plan's finished pods end (their watches exit)."""
+        nudge those told and not restarted since (``inplace``), and let the plan's finished pods
+        end (their watches exit)."""
         when = format_time(datetime.now(UTC))
         for p in plan.tell:
             told = inplace_pod.told(plan.attempt, when, p.restarted)
             yield (
                 f"giving attempt {plan.attempt} to pod {p.name}",
                 self.kube.tell_pod(job.namespace, p.name, p.uid, str(p.attempt_now), told),
+            )
+        for p in plan.nudge:
+            yield (
+                f"nudging pod {p.name}'s kubelet (told attempt {p.attempt_now} at {p.told_at})",
+                self.kube.annotate_pod(
+                    job.namespace, p.name, p.uid, {c.NUDGED_AT_ANNOTATION: when}
+                ),
             )
         for p in plan.finish_pods:
             yield (

@@ -23,7 +23,15 @@ pod hears of it. In that attempt, each in-place pod of the group is in one ``sta
   shows: a restart already under way may have started its containers with the attempt before,
   and counted for the later one it would let the group run with the pod still to restart.
 * **deadlines per pod**: a RESTARTING pod's from when it was told, a WAITING pod's from when
-  worker 0 was; never from the job's Restarting condition, which a second failure keeps True.
+  worker 0 was told this attempt (not yet told it: from the job's Restarting condition); never
+  a tell of an earlier attempt's time, nor the condition's for a pod told (a second failure
+  keeps the condition True).
+* **nudged**: the kubelet writes the watch's volume (the annotation, and ``given``, from its own
+  copy of the ConfigMap) when it syncs the pod: on any change of the pod, else once a minute. A
+  copy of the ConfigMap older than the tell holds the watch back until the next sync (seen in
+  CI: a restart 60 s late, past its deadline, recreated). A pod still RESTARTING
+  NUDGE_SECONDS after its tell is nudged: an annotation (``nudged-at``) that has its kubelet
+  sync it now; again every NUDGE_AGAIN_SECONDS.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ TO_TELL = "to tell"  # to be told the attempt now
 WAITS = "waits"  # to be told once worker 0's trainer of an earlier attempt has ended
 RESTARTING = "restarting"  # told an attempt; its kubelet has yet to restart it
 OUT = "out"  # not an in-place pod, or going: the group cannot restart in place with it
+NUDGE_SECONDS = 5  # a kubelet restarts a told pod in 1-3 s (measured); a deaf trainer: grace
+NUDGE_AGAIN_SECONDS = 20
 
 
 def state(pod: WorkerPod, attempt: int, master: WorkerPod | None = None) -> str:
@@ -113,7 +123,8 @@ def _deadlines(
         if now_state == RESTARTING:
             since = parse_time(pod.told_at) or fallback
         elif now_state == WAITS and master is not None:
-            since = parse_time(master.told_at) or fallback
+            told = master.attempt_now >= attempt  # worker 0 was told this attempt
+            since = (parse_time(master.told_at) if told else None) or fallback
         else:
             continue
         if since is not None:
@@ -149,6 +160,26 @@ def stuck(
     return found
 
 
+def _nudge_due(pod: WorkerPod) -> datetime | None:
+    """When a told pod not yet restarted is to be nudged: NUDGE_SECONDS after its tell, then
+    NUDGE_AGAIN_SECONDS after its last nudge."""
+    told, nudged = parse_time(pod.told_at), parse_time(pod.nudged_at)
+    if told is None:
+        return None
+    if nudged is None or nudged < told:
+        return told + timedelta(seconds=NUDGE_SECONDS)
+    return nudged + timedelta(seconds=NUDGE_AGAIN_SECONDS)
+
+
+def to_nudge(current: Iterable[WorkerPod], attempt: int, now: datetime) -> list[WorkerPod]:
+    """The pods told ``attempt`` and not restarted since, whose nudge is due."""
+    return [
+        p
+        for p in current
+        if state(p, attempt) == RESTARTING and (due := _nudge_due(p)) is not None and due <= now
+    ]
+
+
 def recheck(
     current: Iterable[WorkerPod],
     attempt: int,
@@ -156,11 +187,15 @@ def recheck(
     now: datetime,
     seconds: int,
 ) -> float | None:
-    """Seconds until the next deadline of a pod behind, if any (a pod to tell: ``seconds``)."""
+    """Seconds until the next deadline or nudge of a pod behind, if any (a pod to tell:
+    ``seconds``)."""
     current = list(current)
     dues = [
         (due - now).total_seconds() for _, _, due in _deadlines(current, attempt, status, seconds)
     ]
+    nudges = [_nudge_due(p) for p in current if state(p, attempt) == RESTARTING]
+    again = now + timedelta(seconds=NUDGE_AGAIN_SECONDS)  # those nudged by this pass
+    dues += [((due if due > now else again) - now).total_seconds() for due in nudges if due]
     if dues:
         return max(0.0, min(dues))
     return float(seconds) if any(behind(p, attempt) for p in current) else None

@@ -27,6 +27,7 @@ class Plan:
     mark_unretriable: list[WorkerPod] = field(default_factory=list)  # for Kueue, once over
     release: list[WorkerPod] = field(default_factory=list)  # Kueue's finalizer to take off
     tell: list[WorkerPod] = field(default_factory=list)  # in-place pods to give the attempt
+    nudge: list[WorkerPod] = field(default_factory=list)  # told, not restarted: synced again
     finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
     in_place: bool = False  # new pods are built to restart in place
     read_log: LogAsk | None = None  # the deciding failure's log, to read before acting
@@ -38,7 +39,8 @@ class Plan:
     def recheck_in(self, seconds: float | None) -> None:
         """Ask for a pass within ``seconds``, if given (the earliest asked for wins)."""
         if seconds is not None:
-            self.requeue_after = min(seconds, self.requeue_after or seconds)
+            was = self.requeue_after
+            self.requeue_after = seconds if was is None else min(seconds, was)
 
     @property
     def finished(self) -> bool:

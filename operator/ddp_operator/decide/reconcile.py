@@ -226,6 +226,7 @@ def plan(
     #    (``inplace``); create what is missing (``creation``).
     result.delete = [p for p in stale if not p.deleting] + going
     result.tell = inplace.to_tell(current.values(), attempt)
+    result.nudge = inplace.to_nudge(current.values(), attempt, now)
     result.recheck_in(inplace.recheck(current.values(), attempt, status, now, inplace.limit(job)))
     missing = creation.missing(job, current)
     result.create = creation.to_create(job, missing, stale, observed, attempt, replacing)

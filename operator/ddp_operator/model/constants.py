@@ -170,6 +170,9 @@ FINISHED_ANNOTATION = f"{GROUP}/finished"
 # Written with the attempt it gives a pod: when (RFC 3339), and its trainer's restart count then.
 TOLD_AT_ANNOTATION = f"{GROUP}/told-at"
 TOLD_RESTARTS_ANNOTATION = f"{GROUP}/restarts-when-told"
+# When the operator last nudged a told pod not yet restarted: any change of a pod has its
+# kubelet sync it, refreshing the watch's volume (``decide.inplace``).
+NUDGED_AT_ANNOTATION = f"{GROUP}/nudged-at"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
 ATTEMPT_VOLUME = "ddp-attempt"

@@ -46,6 +46,7 @@ class WorkerPod:
     in_place: bool = False
     told: int | None = None
     told_at: str | None = None
+    nudged_at: str | None = None
     restart_pending: bool = False  # told, its trainer not restarted since (``_in_place``)
     restarted: int = 0
     reran: int = 0
@@ -131,6 +132,7 @@ def _in_place(
         "in_place": True,
         "told": told,
         "told_at": annotations.get(c.TOLD_AT_ANNOTATION),
+        "nudged_at": annotations.get(c.NUDGED_AT_ANNOTATION),
         "restart_pending": pending,
         "restarted": restarted,
         "reran": int(watch.get("restartCount") or 0),
