@@ -99,3 +99,21 @@ def test_a_fail_job_rule_ends_the_job_and_the_sdk_carries_the_first_failure(
     first = failed.value.first_failure
     assert (first["worker"], first["exitCode"], first["rule"]) == (1, 2, "usage"), first
     assert (jobs.get(cluster, namespace, "usage") or {})["status"]["restarts"] == 0
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_pathological_pattern_holds_up_no_other_job(cluster: Cluster, namespace: str) -> None:
+    """``(a+)+b`` passes the API server's check; a backtracking engine would take days on the
+    4,000 ``a`` of this worker's message, and every job of the operator would wait. Matched by
+    RE2, the rule simply does not match (the default decides), and a job applied just after
+    comes up as any job does."""
+    rule = {"name": "catastrophic", "action": "FailJob", "onMessagePattern": "(a+)+b"}
+    spec = {"backoffLimit": 1, "failurePolicy": {"rules": [rule]}}
+    jobs.apply(cluster, ddpjob("evil", namespace, nodes=1, **spec))
+    wait_running(cluster, namespace, "evil", 1)
+    pods.finish(cluster, namespace, "evil-worker-0", 1, via="status", message="a" * 4000)
+    jobs.apply(cluster, ddpjob("bystander", namespace, nodes=2))
+    wait_running(cluster, namespace, "bystander", 2)
+    restarted = jobs.wait_condition(cluster, namespace, "evil", "Restarting", timeout=60)
+    first = restarted["status"]["firstFailure"]
+    assert (first["rule"], first["action"]) == ("default", "RestartGroup"), first

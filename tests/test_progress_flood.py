@@ -1,18 +1,24 @@
 """A report flood on the real API server, from this test process on kwok nodes: a token the API
 server binds to a worker pod of the job (a TokenRequest, as the kubelet asks for the pod's own),
 60 reports of the last step in 2 s, and the operator's request metric counting its progress
-writes: 2 at most (the first complete report at once, the latest once the interval is over)."""
+writes: 2 at most (the first complete report at once, the latest once the interval is over);
+and a flood of made-up tokens, which costs the API server a bounded number of TokenReviews and
+never has its bodies read."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 
 import pytest
 from test_metrics import scrape
 
+from ddp_operator.api import progress_server
 from ddp_operator.model import constants as c
 
 from harness import jobs
@@ -25,6 +31,7 @@ from jobs import ddpjob
 pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 WRITES = 'ddp_operator_api_requests_total{code="200",verb="patch_progress"}'
+REVIEWS = 'ddp_operator_api_requests_total{code="201",verb="create_tokenreview"}'
 
 
 def pod_token(cluster: Cluster, ns: str, pod: dict) -> str:
@@ -91,3 +98,56 @@ def test_sixty_reports_of_the_last_step_in_two_seconds_make_two_writes_at_most(
     p = job["status"]["progress"]
     assert p["step"] == 100 and p["total"] == 100 and p["percent"] == 100.0, p  # clamped
     assert 1 <= writes <= 2, writes
+
+
+def answer(url: str, token: str, body: bytes) -> int:
+    """The endpoint's HTTP status for ``body`` sent with ``token``."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    req = urllib.request.Request(url, body, headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as done:
+            return done.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def made_up(i: int) -> str:
+    """A token shaped as a service account token (a JWT) that no one issued."""
+    part = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")  # noqa: E731
+    return f"{part({'alg': 'RS256'})}.{part({'sub': f'nobody-{i}'})}.{part({'sig': i})}"
+
+
+def test_a_thousand_made_up_tokens_cost_a_bounded_number_of_reviews(
+    cluster: Cluster, crd: str
+) -> None:
+    """1,000 reports with made-up tokens and bodies that are no JSON: the bodies are never read
+    (401 or 429, never 400), the TokenReviews they cost stay within the bucket (its burst and
+    its rate over the flood's time), and a worker's real token is taken once the flood is over."""
+    ns = f"ddpf-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace(fake_nodes_namespace(ns))
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
+    port, metrics = free_port(), free_port()
+    op = OperatorProcess(
+        cluster, ns, "--progress-address", f"127.0.0.1:{port}", "--metrics-port", str(metrics)
+    ).start()
+    try:
+        op.wait_ready()
+        jobs.apply(cluster, ddpjob("flooded", ns, nodes=1))
+        workers = wait_running(cluster, ns, "flooded", 1)
+        url = f"http://127.0.0.1:{port}/v1/namespaces/{ns}/ddpjobs/flooded/progress"
+        started = time.monotonic()
+        codes = Counter(answer(url, made_up(i), b"not json") for i in range(1000))
+        took = time.monotonic() - started
+        reviews = scrape(metrics).get(REVIEWS, 0)
+        token = pod_token(cluster, ns, workers[0])
+        wait_for(
+            lambda: answer(url, token, json.dumps({"step": 1, "total": 2}).encode()) == 202,
+            timeout=10,
+            what="the worker's report taken",
+        )
+    finally:
+        op.stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+    bound = progress_server.NEW_REVIEWS_BURST + progress_server.NEW_REVIEWS_PER_SECOND * took
+    assert 0 < reviews <= bound + 1, (reviews, took)
+    assert codes == {401: reviews, 429: 1000 - reviews}, (codes, reviews)

@@ -39,3 +39,21 @@ def test_the_operator_needs_the_url_pods_reach_it_by_when_it_listens_everywhere(
         cli.main(["run", "-A", "--progress-address", "0.0.0.0:8090"])
     assert refused.value.code == 2
     assert "--progress-url is needed" in capsys.readouterr().err
+
+
+def test_new_tokens_are_reviewed_within_a_bucket_and_strangers_shapes_never() -> None:
+    import asyncio
+
+    import pytest
+
+    from ddp_operator.api.progress_server import Busy, TokenReviewer
+
+    reviewer = TokenReviewer(kube=None, per_second=2.0, burst=3)  # type: ignore[arg-type]
+    refused = asyncio.run(reviewer.sender("not-a-token"))  # no API call: the kube is None
+    assert refused.refused == "the token is no service account token (not a JWT)"
+    reviewer._at = 100.0
+    assert [reviewer._spend(100.0) for _ in range(4)] == [True, True, True, False]
+    assert reviewer._spend(100.5) and not reviewer._spend(100.5)  # 2 a second: one in 0.5 s
+    reviewer._allowed, reviewer._at = 0.0, float("inf")  # spent, none back yet
+    with pytest.raises(Busy, match="too many new tokens"):
+        asyncio.run(reviewer.sender("a.b.c"))

@@ -85,9 +85,12 @@ def finish(
     exit_code: int,
     via: str = "stage",
     uid: str | None = None,
+    message: str | None = None,
 ) -> None:
     """End a Running pod's containers with ``exit_code`` (see the module docstring). With
-    ``uid``, only that pod: the API server refuses (422, uid immutable) a newer pod of that name."""
+    ``uid``, only that pod: the API server refuses (422, uid immutable) a newer pod of that name.
+    ``message``: their termination message (``via="status"`` only)."""
+    assert message is None or via == "status", "a message is written with the status"
     guard = {"uid": uid} if uid else {}
     if via == "stage":
         cluster.core.patch_namespaced_pod(
@@ -113,6 +116,7 @@ def finish(
                     "reason": "Completed" if exit_code == 0 else "Error",
                     "startedAt": now,
                     "finishedAt": now,
+                    **({"message": message} if message is not None else {}),
                 }
             },
         }

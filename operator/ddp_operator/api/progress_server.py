@@ -4,12 +4,19 @@ sent a report: the API server's TokenReview of the pod-bound token the report ca
 ``POST /v1/namespaces/<ns>/ddpjobs/<job>/progress`` with ``Authorization: Bearer <token>``, the
 token the kubelet projected into the pod for the audience ``PROGRESS_AUDIENCE``. aiohttp is
 kopf's own web server (its liveness endpoint): no new dependency.
+
+Whoever reaches the endpoint can send anything, so nothing of a request is read before its
+token is reviewed, and a review costs the API server a call only for a token shaped as a
+service account token is (a JWT) and not reviewed lately; those reviews are bounded (a token
+bucket: NEW_REVIEWS_PER_SECOND, bursts of NEW_REVIEWS_BURST) and a request past the bound is
+answered 429. One process of a job reports (rank 0): one token per job, reviewed once a minute.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +30,9 @@ from .kube import Kube
 REVIEWED_FOR = 60.0  # seconds a token's review is reused
 MAX_REVIEWS = 10_000  # tokens remembered at most
 MAX_BODY = 16 * 1024
+NEW_REVIEWS_PER_SECOND = 5.0  # TokenReviews of tokens not reviewed lately, at most
+NEW_REVIEWS_BURST = 50
+JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
 ROUTE = "/v1/namespaces/{namespace}/ddpjobs/{name}/progress"
@@ -52,19 +62,43 @@ def sender_of(review: dict[str, Any]) -> Sender:
     return Sender(namespace=parts[2], pod=pod, pod_uid=uid)
 
 
-class TokenReviewer:
-    """TokenReviews of report tokens, each answer reused for REVIEWED_FOR seconds."""
+class Busy(Exception):
+    """Too many tokens to review now: the request is to be sent again later."""
 
-    def __init__(self, kube: Kube) -> None:
+
+class TokenReviewer:
+    """TokenReviews of report tokens, each answer reused for REVIEWED_FOR seconds, new ones
+    bounded (``per_second``, bursts of ``burst``)."""
+
+    def __init__(
+        self, kube: Kube, per_second: float = NEW_REVIEWS_PER_SECOND, burst: int = NEW_REVIEWS_BURST
+    ) -> None:
         self.kube = kube
+        self.per_second, self.burst = per_second, burst
         self._seen: dict[str, tuple[float, Sender]] = {}
+        self._allowed, self._at = float(burst), time.monotonic()
+
+    def _spend(self, now: float) -> bool:
+        """Take one review from the bucket, if one is left."""
+        elapsed = max(0.0, now - self._at)
+        self._allowed = min(self.burst, self._allowed + elapsed * self.per_second)
+        self._at = now
+        if self._allowed < 1:
+            return False
+        self._allowed -= 1
+        return True
 
     async def sender(self, token: str) -> Sender:
+        """Who ``token`` stands for; Busy past the bound on new reviews."""
+        if not JWT.fullmatch(token):
+            return Sender(refused="the token is no service account token (not a JWT)")
         key = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         hit = self._seen.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
+        if not self._spend(now):
+            raise Busy(f"too many new tokens to review (over {self.per_second:g}/s): send again")
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -102,16 +136,18 @@ def app(
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             return web.Response(status=401, text="a report needs the pod's progress token\n")
-        try:
-            payload = json.loads(await request.read())
-        except ValueError as exc:
-            return web.Response(status=400, text=f"the report is no JSON: {exc}\n")
-        try:
+        try:  # the sender first: nothing else of the request is read for a stranger
             sender = await reviewer.sender(auth.removeprefix("Bearer ").strip())
+        except Busy as exc:
+            return web.Response(status=429, text=f"{exc}\n", headers={"Retry-After": "1"})
         except Exception as exc:  # (the API server's answer goes to the sender)
             return web.Response(status=503, text=f"cannot review the token: {exc}\n")
         if sender.refused:
             return web.Response(status=401, text=sender.refused + "\n")
+        try:
+            payload = json.loads(await request.read())
+        except ValueError as exc:
+            return web.Response(status=400, text=f"the report is no JSON: {exc}\n")
         ns, name = request.match_info["namespace"], request.match_info["name"]
         status, message = await accept(ns, name, sender, payload)
         return web.Response(status=status, text=message + "\n", content_type="text/plain")
