@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from ddp_operator.decide import failure_policy
-from ddp_operator.decide.failure_facts import WorkerFailure, ordered
+from ddp_operator.decide.failure_facts import WorkerFailure, of_pod, ordered
 from ddp_operator.decide.failure_policy import Counts
 from ddp_operator.model import failure_policy as fp
 from ddp_operator.model.jobspec import SpecError, resolve
+from ddp_operator.model.workers import WorkerPod
 
 from jobs import ddpjob
 
@@ -157,6 +158,17 @@ def test_an_elastic_job_replaces_a_worker_alone_up_to_max_replacements() -> None
     assert v.count == "restart 1 of backoffLimit 1; not alone: maxReplacements (2) reached"
 
 
+def test_the_bound_on_replacements_counts_every_worker_of_the_pass() -> None:
+    """Issue 53: 9 of 10 done, 3 failing in one pass were all replaced (12 against 10)."""
+    j = elastic(backoffLimit=1, policy={"maxReplacements": 10})
+    three = [crash(1), crash(2), crash(3)]
+    v = failure_policy.decide(j, three, Counts(replacements=9), alone=None)
+    assert v.action == fp.RESTART_GROUP, v
+    assert v.count.endswith("not alone: maxReplacements (10) reached: 9 replaced, 3 more"), v
+    v = failure_policy.decide(j, three, Counts(replacements=7), alone=None)
+    assert v.action == fp.REPLACE_WORKER, v
+
+
 def test_an_elastic_worker_that_cannot_go_alone_gets_the_group_decision() -> None:
     v = failure_policy.decide(
         elastic(), [EVICTED], NONE, alone="worker 0 (the rendezvous host) failed"
@@ -295,3 +307,13 @@ def test_a_signal_with_no_exception_says_so() -> None:
 
 def resolve_rule(matchers: dict) -> fp.Rule:
     return job([{"action": "FailJob", **matchers}]).failure_policy.rules[0]
+
+
+def test_a_deleted_worker_is_timed_from_its_deletion_and_comes_before_its_echo() -> None:
+    """Issue 53: a pod deleted by hand had no time, and the peer it broke a second later
+    decided the attempt."""
+    going = WorkerPod("j-worker-2", 2, 0, "Running", deleting=True, deletion_time=T0)
+    deleted = of_pod(going)
+    assert (deleted.reason, deleted.time) == ("Deleted", T0)
+    victim = crash(0, 1, time=T1, message="RuntimeError: [gloo] Connection closed by peer")
+    assert [f.pod for f in ordered([victim, deleted])] == ["j-worker-2", "j-worker-0"]

@@ -147,7 +147,7 @@ def of_pod(
         elif disruption is not None:
             reason, message, time = disruption.reason, disruption.message, disruption.time
         else:
-            reason = DELETED
+            reason, time = DELETED, pod.deletion_time  # when it was asked to go
             message = "" if gone else "no disruption condition: deleted by a user or a controller"
     elif disruption is not None and not time:
         time = disruption.time

@@ -157,6 +157,10 @@ def decide(
     elif action == fp.REPLACE_WORKER and alone is None:
         others = [f for f in failures[1:] if action_for(job, f)[1] != fp.REPLACE_WORKER]
         alone = f"{others[0].pod} is not to be replaced alone" if others else None
+        workers, most = len({f.index for f in failures}), job.failure_policy.max_replacements
+        if alone is None and workers > 1 and counts.replacements + workers > most:  # all or none
+            done = f"{counts.replacements} replaced, {workers} more"
+            alone = f"maxReplacements ({most}) reached: {done}"
     cause = first.describe()
     if len(failures) > 1:
         more = len(failures) - 1
