@@ -5,6 +5,7 @@ operator's request metric: test_progress_flood)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,3 +87,24 @@ def test_a_paused_standby_sends_reports_away() -> None:
     desk = ProgressDesk(Writes(), jobs)  # type: ignore[arg-type]
     code, why = asyncio.run(desk.accept(*KEY, SENDER, {"step": 1}))
     assert code == 503 and "another replica is active" in why
+
+
+def test_a_stale_pod_or_attempt_is_refused_and_cannot_reset_the_clock() -> None:
+    """Issue 54: a report was taken from any attempt's pod with the attempt it declared."""
+    writes, jobs = Writes(), Jobs()
+    desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
+    jobs.loop.status["restarts"] = 1
+    answer = asyncio.run(desk.accept(*KEY, SENDER, {"step": 3}))
+    assert answer == (403, "pod j-worker-0 runs an earlier attempt than ddpjob ns/j's 1")
+    pod = WorkerPod("j-worker-0", 0, 1, uid="pod-uid", owner_uid="job-uid")
+    jobs.index = type("Index", (), {"get": staticmethod(lambda key: [pod])})()
+    answer = asyncio.run(desk.accept(*KEY, SENDER, {"step": 3, "attempt": 0}))
+    assert answer == (409, "a report of attempt 0: the job is at 1")
+    assert asyncio.run(desk.accept(*KEY, SENDER, {"step": 3, "attempt": 1}))[0] == 202
+    # Told attempt 2 in place, its old processes still running: not yet of attempt 2.
+    told = WorkerPod("j-worker-0", 0, 1, uid="pod-uid", owner_uid="job-uid", in_place=True)
+    told = dataclasses.replace(told, told=2, restart_pending=True)
+    jobs.index = type("Index", (), {"get": staticmethod(lambda key: [told])})()
+    jobs.loop.status["restarts"] = 2
+    assert asyncio.run(desk.accept(*KEY, SENDER, {"step": 4, "attempt": 1}))[0] == 403
+    desk.forget(KEY)

@@ -6,7 +6,9 @@ job whatever the reports say, the latest report winning; the first complete repo
 
 Only a pod the job controls, as the operator's watch sees it now, reports for the job: the sender
 is the pod the API server bound the report's token to (``progress_server``), so a pod of another
-job or namespace, or one already deleted, is refused.
+job or namespace, or one already deleted, is refused; so is a pod of an earlier attempt (an old
+process still running while its pod restarts, or a pod of a group being replaced) and a report
+that declares another attempt than the job's: a stale report would reset the stall clock.
 """
 
 from __future__ import annotations
@@ -55,8 +57,12 @@ class ProgressDesk:
             return f"no {job} here"
         uid = runner.body["metadata"].get("uid")
         pods = self.runners.index.get(key)
-        if not any(p.uid == sender.pod_uid and p.owner_uid == uid for p in pods):
+        pod = next((p for p in pods if p.uid == sender.pod_uid and p.owner_uid == uid), None)
+        if pod is None:
             return f"pod {sender.pod} is no worker of {job}"
+        attempt = int(runner.status.get("restarts") or 0)
+        if pod.attempt_now != attempt or pod.restart_pending:
+            return f"pod {sender.pod} runs an earlier attempt than {job}'s {attempt}"
         return ""
 
     async def accept(
@@ -75,11 +81,14 @@ class ProgressDesk:
         except progress_report.BadReport as exc:
             metrics.PROGRESS_REPORTS.labels("invalid").inc()
             return 400, f"bad report: {exc}"
+        attempt = self._attempt(key)
+        if progress.get("attempt", attempt) != attempt:
+            metrics.PROGRESS_REPORTS.labels("refused").inc()
+            return 409, f"a report of attempt {progress['attempt']}: the job is at {attempt}"
         metrics.PROGRESS_REPORTS.labels("accepted").inc()
         metrics.job_progress(namespace, name, progress, time.time())
         progress = progress_report.carry(self._before(key), progress)
         self._latest[key] = progress
-        attempt = self._attempt(key)
         since = time.monotonic() - self._written.get(key, -math.inf)
         wait = progress_report.write_in(
             since, WRITE_EVERY, progress, self._early.get(key) == attempt
