@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ddp_operator.decide import hangs
+from ddp_operator.decide import hangs, progress_report
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.model.jobspec import SpecError, resolve
 from ddp_operator.model.workers import WorkerPod
@@ -44,6 +44,34 @@ def test_the_automatic_timeout_is_ten_steps_within_its_floor_and_ceiling() -> No
     assert hangs.timeout(j, {"stepSeconds": 20.0}) == 200
     assert hangs.timeout(j, {"stepSeconds": 90.0}) == 300  # the ceiling
     assert hangs.timeout(job(timeoutSeconds=45), {"stepSeconds": 90.0}) == 45
+    # Issue 54: never under three steps: a 400 s step was always "stalled" under the ceiling.
+    assert hangs.timeout(j, {"stepSeconds": 400.0}) == 1200
+
+
+def test_an_announced_phase_is_timed_by_its_own_bound_then_the_clock_starts_anew() -> None:
+    """A 6-minute checkpoint save after ``report(step, phase="checkpoint", phase_timeout=900)``
+    is no stall (the stall timeout is 60 s); past its own bound it is one, said so; the report
+    after it, at the same step, restarts the clock."""
+    j, status = job(timeoutSeconds=60), {"conditions": running(since=2000)}
+    saving = report(advanced=400, phase="checkpoint", phaseTimeoutSeconds=900, phaseSince=at(360))
+    stall, later = hangs.check(j, status, saving, 0, NOW)
+    assert stall is None and later == pytest.approx(540.0)
+    stall, _ = hangs.check(j, status, {**saving, "phaseSince": at(901)}, 0, NOW)
+    assert stall is not None and stall.describe() == (
+        f"the training has been in phase checkpoint since {at(901)} at step 42 (phase timeout 900s)"
+    )
+    unbounded = {k: v for k, v in saving.items() if k != "phaseTimeoutSeconds"}
+    assert hangs.check(j, status, unbounded, 0, NOW)[1] == pytest.approx(3600 - 360)
+    # The phase over, the same step: timed from that report, not from the step's advance.
+    old = {**saving, "since": at(900), "sinceStep": 0, "updated": at(1)}
+    new = progress_report.carry(old, {"step": 42, "attempt": 0, "updated": at(0), "metrics": {}})
+    assert new["advanced"] == at(0) and "phaseSince" not in new
+    assert hangs.check(j, status, new, 0, NOW)[0] is None
+    # A phase carried over reports keeps its start; a new phase starts its own.
+    again = progress_report.carry(saving | {"since": at(900)}, {**new, "phase": "checkpoint"})
+    assert again["phaseSince"] == at(360)
+    other = progress_report.carry(saving | {"since": at(900)}, {**new, "phase": "eval"})
+    assert other["phaseSince"] == at(0)
 
 
 def test_a_step_that_has_not_advanced_for_the_timeout_is_a_stall() -> None:

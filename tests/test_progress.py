@@ -160,3 +160,26 @@ def test_reports_past_the_last_step_wait_their_interval(endpoint: Endpoint, monk
     r.flush()
     steps = [g["step"] for g in endpoint.got]
     assert steps[0] == 10 and steps[-1] == 59 and len(steps) <= 4, steps
+
+
+def test_a_phase_is_sent_at_once_with_its_bound(endpoint: Endpoint, monkeypatch) -> None:
+    """Before a long save the script says so: that report goes at once (the script is about to
+    go quiet), not after the interval; the phase's next report waits its interval as any."""
+    monkeypatch.setenv("RANK", "0")
+    r = progress.Reporter(endpoint.url, None, interval=60)
+    r.report(10, 100)
+    wait_for(lambda: len(endpoint.got) == 1, 5, what="the first report")
+    r.report(10, 100, phase="checkpoint", phase_timeout=899.5)
+    wait_for(lambda: len(endpoint.got) == 2, 5, what="the phase's report, within the interval")
+    assert endpoint.got[1] | {"metrics": {}} == {
+        "step": 10,
+        "total": 100,
+        "metrics": {},
+        "phase": "checkpoint",
+        "phaseTimeoutSeconds": 900,
+    }
+    r.report(10, 100, phase="checkpoint")  # the same phase: no hurry
+    r.report(11, 100)  # its end waits its interval too
+    with r._cond:
+        assert r._pending is not None and r._pending["step"] == 11 and not r._urgent
+    assert len(endpoint.got) == 2

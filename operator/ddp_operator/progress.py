@@ -2,6 +2,11 @@
 puts the job's progress on its DDPJob (``status.progress``, ``kubectl get ddpj``, the operator's
 metrics).
 
+Before a long stretch without steps (a checkpoint save, an evaluation), say so:
+``report(step, total, phase="checkpoint", phase_timeout=900)``; stall detection then waits for
+that phase's own bound (``phase_timeout`` seconds, an hour if not given) instead of the stall
+timeout, and the next report without a phase ends it. A new phase is sent at once.
+
 Call it on every rank, as often as you like: only rank 0 reports, at most once per
 ``DDP_PROGRESS_INTERVAL`` seconds (10 by default; the first report of the last step is sent at
 once, those after it at the interval like any other), from a
@@ -69,6 +74,8 @@ class Reporter:
         self._pending: dict[str, Any] | None = None
         self._final = False  # the pending report is the first of the last step: sent at once
         self._final_sent = False  # it went: the reports after it wait their interval
+        self._urgent = False  # the pending report starts a phase: sent at once
+        self._phase: str | None = None  # the phase of the last report queued
         self._sent_at = -math.inf
         self._first: tuple[float, int] | None = None  # (time, step) of this process's first
         self._thread: threading.Thread | None = None
@@ -83,7 +90,14 @@ class Reporter:
             self._said.add(what)
             print(f"ddp progress: {message}; training goes on", file=sys.stderr, flush=True)
 
-    def report(self, step: int, total: int | None = None, **metrics: Any) -> None:
+    def report(
+        self,
+        step: int,
+        total: int | None = None,
+        phase: str | None = None,
+        phase_timeout: float | None = None,
+        **metrics: Any,
+    ) -> None:
         """Queue a report (rank 0 only); the newest replaces one not sent yet."""
         try:
             if _rank() != 0:
@@ -92,10 +106,16 @@ class Reporter:
                 self.say_once("url", f"{URL_ENV} is not set (not in a DDPJob): not reported")
                 return
             payload = self._payload(int(step), total, metrics)
+            if phase:
+                payload["phase"] = str(phase)
+                if phase_timeout is not None:
+                    payload["phaseTimeoutSeconds"] = max(1, math.ceil(float(phase_timeout)))
             with self._cond:
                 self._pending = payload
                 last = total is not None and int(step) >= int(total)
                 self._final = last and not self._final_sent
+                self._urgent = self._urgent or (bool(phase) and phase != self._phase)
+                self._phase = phase or None
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._run, name="ddp-progress", daemon=True
@@ -132,10 +152,11 @@ class Reporter:
                 while self._pending is None:
                     self._cond.wait()
                 wait = self._sent_at + self.interval - time.monotonic()
-                if wait > 0 and not self._final:
+                if wait > 0 and not self._final and not self._urgent:
                     self._cond.wait(wait)
                     continue  # a newer report may have come, or the final one
                 payload, self._pending = self._pending, None
+                self._urgent = False
                 self._final_sent = self._final_sent or self._final
                 self._final = False
                 self._sent_at = time.monotonic()
@@ -197,7 +218,15 @@ def reporter() -> Reporter:
     return _reporter
 
 
-def report(step: int, total: int | None = None, **metrics: Any) -> None:
+def report(
+    step: int,
+    total: int | None = None,
+    phase: str | None = None,
+    phase_timeout: float | None = None,
+    **metrics: Any,
+) -> None:
     """Report training progress: ``step`` of ``total`` and up to 8 numeric metrics (e.g.
-    ``loss=0.12, samples_per_s=5400``). Every rank may call it; rank 0's reports count."""
-    reporter().report(step, total, **metrics)
+    ``loss=0.12, samples_per_s=5400``). Every rank may call it; rank 0's reports count.
+    ``phase`` (e.g. ``"checkpoint"``, ``"eval"``): a long stretch without steps begins, allowed
+    ``phase_timeout`` seconds (an hour if not given); the next report without one ends it."""
+    reporter().report(step, total, phase, phase_timeout, **metrics)

@@ -11,10 +11,16 @@ loading a checkpoint or the first step is never a stall) and the group's start (
 condition's last transition: a resumed or restarted group starts afresh; and an elastic job's
 latest replacement of a worker). A job that never reports is never stalled. Everything is read
 from the status: an operator that restarts or takes over finds the same clock.
+
+A script in a phase it announced (``report(phase="checkpoint", phase_timeout=900)``: a save, an
+evaluation) is timed by that phase's bound from when the phase began (``phaseSince``), not by
+the stall timeout; its next report without a phase ends the phase. The automatic timeout is
+never under LEAST_STEPS step intervals, so that a slow step is never a hang.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +28,7 @@ from typing import Any
 from ..model import constants as c
 from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
-from ..model.stall_detection import CEILING, FLOOR, STEPS
+from ..model.stall_detection import CEILING, FLOOR, LEAST_STEPS, PHASE_DEFAULT, STEPS
 from .conditions import condition, parse_time
 from .failure_facts import WorkerFailure
 
@@ -36,7 +42,8 @@ def timeout(job: JobSpec, progress: Mapping[str, Any] | None) -> int:
     step = (progress or {}).get("stepSeconds")
     if not step:
         return CEILING
-    return int(min(CEILING, max(FLOOR, STEPS * float(step))))
+    usual = min(CEILING, max(FLOOR, STEPS * float(step)))
+    return math.ceil(max(usual, LEAST_STEPS * float(step)))
 
 
 def _replaced(status: Mapping[str, Any], attempt: int) -> datetime | None:
@@ -66,15 +73,27 @@ def check(
     advanced = parse_time(progress.get("advanced") or progress.get("updated"))
     if advanced is None:
         return None, None
+    phase, phase_since = progress.get("phase"), parse_time(progress.get("phaseSince"))
+    if phase and phase_since is not None:
+        advanced = phase_since
     starts = (advanced, parse_time(running.get("lastTransitionTime")), _replaced(status, attempt))
     clock = max(t for t in starts if t is not None)
-    limit = timeout(job, progress)
+    if phase:
+        limit = int(progress.get("phaseTimeoutSeconds") or PHASE_DEFAULT)
+    else:
+        limit = timeout(job, progress)
     left = (clock + timedelta(seconds=limit) - now).total_seconds()
     if left > 0:
         return None, left
-    message = (
-        f"the training's step has not advanced from {progress.get('step')} since "
-        f"{progress.get('advanced') or progress.get('updated')} (stall timeout {limit}s"
-        f"{'' if job.stall_detection.timeout_seconds else ', automatic'})"
-    )
+    if phase:
+        message = (
+            f"the training has been in phase {phase} since {progress.get('phaseSince')} at "
+            f"step {progress.get('step')} (phase timeout {limit}s)"
+        )
+    else:
+        message = (
+            f"the training's step has not advanced from {progress.get('step')} since "
+            f"{progress.get('advanced') or progress.get('updated')} (stall timeout {limit}s"
+            f"{'' if job.stall_detection.timeout_seconds else ', automatic'})"
+        )
     return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None

@@ -19,6 +19,8 @@ from typing import Any
 from .conditions import format_time, parse_time
 
 MAX_METRICS = 8
+PHASE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_PHASE_SECONDS = 7 * 86400
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
 MAX_STEP = 2**53  # JSON numbers stay exact
 STALE_AFTER = 300.0  # seconds without a report before a running job's progress reads as stale
@@ -76,6 +78,16 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
         progress["eta"] = duration(progress["etaSeconds"])
     if attempt is not None:
         progress["attempt"] = attempt
+    phase = payload.get("phase")
+    if phase is not None:
+        if not isinstance(phase, str) or not PHASE_NAME.match(phase):
+            raise BadReport(f"phase must match {PHASE_NAME.pattern}, not {phase!r}")
+        progress["phase"] = phase
+        bound = _count(payload, "phaseTimeoutSeconds", 1)
+        if bound is not None and bound > MAX_PHASE_SECONDS:
+            raise BadReport(f"phaseTimeoutSeconds must be at most {MAX_PHASE_SECONDS}")
+        if bound is not None:
+            progress["phaseTimeoutSeconds"] = bound
     progress["updated"] = format_time(now)
     return progress
 
@@ -83,14 +95,21 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
 def carry(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
     """``new`` with its attempt's clock (``hangs`` reads it): ``since``/``sinceStep``, the
     attempt's first report; ``advanced``, when its step last changed; ``stepSeconds``, its
-    seconds per step so far. Carried from ``old``, the report before, if of the same attempt."""
+    seconds per step so far; ``phaseSince``, when its phase began. Carried from ``old``, the
+    report before, if of the same attempt."""
     out = dict(new)
     if not old or old.get("attempt") != new.get("attempt") or not old.get("since"):
         out.update(since=new["updated"], sinceStep=new["step"], advanced=new["updated"])
+        if new.get("phase"):
+            out["phaseSince"] = new["updated"]
         return out
+    if new.get("phase"):
+        same = old.get("phase") == new["phase"] and old.get("phaseSince")
+        out["phaseSince"] = old["phaseSince"] if same else new["updated"]
     out.update(since=old["since"], sinceStep=int(old.get("sinceStep") or 0))
     moved = new["step"] != old.get("step")
-    out["advanced"] = new["updated"] if moved else old.get("advanced") or new["updated"]
+    ended = bool(old.get("phase")) and not new.get("phase")  # a phase over: the clock anew
+    out["advanced"] = new["updated"] if moved or ended else old.get("advanced") or new["updated"]
     steps = new["step"] - out["sinceStep"]
     start, now = parse_time(out["since"]), parse_time(new["updated"])
     if moved and steps > 0 and start is not None and now is not None:

@@ -10,7 +10,11 @@ from typing import Any
 LEAST_TIMEOUT = 30  # seconds: reports come every 10 s by default (DDP_PROGRESS_INTERVAL)
 # The automatic timeout: STEPS of the attempt's step intervals, within FLOOR and CEILING seconds
 # (CEILING until an interval is known: well under PyTorch's 600 s NCCL collective timeout).
-STEPS, FLOOR, CEILING = 10, 120, 300
+# Never under LEAST_STEPS step intervals, though: a step slower than CEILING / LEAST_STEPS is no
+# hang. A phase the script announced (``report(phase=...)``) gets its own bound, PHASE_DEFAULT
+# seconds if it gave none.
+STEPS, FLOOR, CEILING, LEAST_STEPS = 10, 120, 300, 3
+PHASE_DEFAULT = 3600
 
 
 @dataclass(frozen=True)
