@@ -123,7 +123,7 @@ def disconnect(cluster: Cluster) -> None:
 
 
 def wait_for(
-    probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.2, what: str = ""
+    probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.1, what: str = ""
 ) -> T:
     """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
