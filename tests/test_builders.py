@@ -224,6 +224,13 @@ def test_nccl_jobs_get_pytorch_s_watchdogs_consistent_with_stall_detection() -> 
         env_of(builders.build_worker_pod(mine, 0), mine)["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]
         == "900"
     )
+    # The flight recorder's buffer under both names (the process group reads the old, the
+    # recorder the new, from torch 2.8; recording nothing by default up to 2.10).
+    assert env["TORCH_FR_BUFFER_SIZE"] == env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    container = template["spec"]["containers"][0]
+    container["env"] = [{"name": "TORCH_FR_BUFFER_SIZE", "value": "5000"}]
+    theirs = env_of(builders.build_worker_pod(job(accelerator=gpu, template=template), 0), mine)
+    assert theirs["TORCH_FR_BUFFER_SIZE"] == theirs["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "5000"
 
 
 def test_the_trainer_leaves_its_last_lines_as_its_termination_message() -> None:

@@ -241,11 +241,11 @@ def test_a_job_loop_reads_once_per_failed_attempt_and_says_so() -> None:
     kube, logs, posted = reads(log("torchrun-no-record"), [0, 0, 0, 1, 1])
     assert len(kube.calls) == 2  # attempts 0 and 1, never per pass
     assert kube.calls[0] == ("ns", "j-worker-0", "trainer", False, fl.TIMEOUT_SECONDS)
-    assert list(logs.reads) == [("u", 1)]  # an earlier attempt's read is forgotten
+    assert list(logs.reads) == [("u", "p0", 1)]  # an earlier attempt's read is forgotten
     assert [(e["type"], e["reason"]) for e in posted] == [("Normal", "FailureLogRead")] * 2
     assert posted[0]["message"].startswith("read the last 3183 bytes of pod j-worker-0's log")
     assert posted[0]["message"].endswith(
-        f"its words come from there: {logs.reads[('u', 1)].words.summary}"
+        f"its words come from there: {logs.reads[('u', 'p0', 1)].words.summary}"
     )
     assert list(logs.known(job())) == [("p0", 1)]
 
@@ -257,7 +257,7 @@ def test_a_forbidden_read_is_a_warning_on_the_job_and_the_pass_goes_on() -> None
     )
     kube, logs, posted = reads(denied, [0, 0])
     assert len(kube.calls) == 1
-    error = logs.reads[("u", 0)].error
+    error = logs.reads[("u", "p0", 0)].error
     assert (
         error.startswith("Forbidden: the operator may not get pods/log here")
         and "pods/log" in error
@@ -269,7 +269,7 @@ def test_a_forbidden_read_is_a_warning_on_the_job_and_the_pass_goes_on() -> None
 def test_a_read_that_does_not_answer_in_time_never_holds_the_restart(monkeypatch) -> None:
     monkeypatch.setattr(fl, "TIMEOUT_SECONDS", 0.05)
     _, logs, posted = reads("hang", [0])
-    assert logs.reads[("u", 0)].error == "no answer in 0.05s"
+    assert logs.reads[("u", "p0", 0)].error == "no answer in 0.05s"
     assert posted[0]["reason"] == "FailureLogUnreadable"
 
 

@@ -5,6 +5,7 @@ the next. Pure: facts in, a verdict out."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -312,7 +313,10 @@ def resolve_rule(matchers: dict) -> fp.Rule:
 def test_a_deleted_worker_is_timed_from_its_deletion_and_comes_before_its_echo() -> None:
     """Issue 53: a pod deleted by hand had no time, and the peer it broke a second later
     decided the attempt."""
-    going = WorkerPod("j-worker-2", 2, 0, "Running", deleting=True, deletion_time=T0)
+    # Deleted at T0 with the default grace: its deletionTimestamp is 30 s on.
+    end = "2026-01-01T00:00:30Z"
+    going = WorkerPod("j-worker-2", 2, 0, "Running", deleting=True, deletion_time=end)
+    going = dataclasses.replace(going, deletion_grace=30)
     deleted = of_pod(going)
     assert (deleted.reason, deleted.time) == ("Deleted", T0)
     victim = crash(0, 1, time=T1, message="RuntimeError: [gloo] Connection closed by peer")

@@ -62,10 +62,14 @@ def test_an_announced_phase_is_timed_by_its_own_bound_then_the_clock_starts_anew
     )
     unbounded = {k: v for k, v in saving.items() if k != "phaseTimeoutSeconds"}
     assert hangs.check(j, status, unbounded, 0, NOW)[1] == pytest.approx(3600 - 360)
+    # Unbounded, it never gets less than the stall timeout itself.
+    assert hangs.check(job(timeoutSeconds=7200), status, unbounded, 0, NOW)[1] == 7200 - 360
     # The phase over, the same step: timed from that report, not from the step's advance.
     old = {**saving, "since": at(900), "sinceStep": 0, "updated": at(1)}
     new = progress_report.carry(old, {"step": 42, "attempt": 0, "updated": at(0), "metrics": {}})
     assert new["advanced"] == at(0) and "phaseSince" not in new
+    # and the step interval is measured anew: the phase was no step's time.
+    assert (new["since"], new["sinceStep"]) == (at(0), 42)
     assert hangs.check(j, status, new, 0, NOW)[0] is None
     # A phase carried over reports keeps its start; a new phase starts its own.
     again = progress_report.carry(saving | {"since": at(900)}, {**new, "phase": "checkpoint"})

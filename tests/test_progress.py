@@ -183,3 +183,22 @@ def test_a_phase_is_sent_at_once_with_its_bound(endpoint: Endpoint, monkeypatch)
     with r._cond:
         assert r._pending is not None and r._pending["step"] == 11 and not r._urgent
     assert len(endpoint.got) == 2
+
+
+def test_a_phase_the_operator_would_refuse_is_left_out_and_a_metric_named_phase_kept(
+    endpoint: Endpoint, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("RANK", "0")
+    r = progress.Reporter(endpoint.url, None, interval=0.05)
+    r.report(1, 10, phase=" Checkpoint ", phase_timeout=10**9)
+    wait_for(lambda: len(endpoint.got) == 1, 5, what="the first report")
+    assert (endpoint.got[0]["phase"], endpoint.got[0]["phaseTimeoutSeconds"]) == (
+        "checkpoint",
+        7 * 86400,
+    )
+    r.report(2, 10, phase="eval/val")
+    r.report(3, 10, phase=2)  # a script's own metric of that name, as before
+    wait_for(lambda: endpoint.got[-1]["step"] == 3, 5, what="the third report")
+    assert "phase" not in endpoint.got[-1] and endpoint.got[-1]["metrics"] == {"phase": 2.0}
+    assert all("phase" not in g for g in endpoint.got[1:])
+    assert capsys.readouterr().err.count("is no phase name") == 1

@@ -57,3 +57,20 @@ def test_new_tokens_are_reviewed_within_a_bucket_and_strangers_shapes_never() ->
     reviewer._allowed, reviewer._at = 0.0, float("inf")  # spent, none back yet
     with pytest.raises(Busy, match="too many new tokens"):
         asyncio.run(reviewer.sender("a.b.c"))
+
+
+def test_a_token_the_api_server_vouched_for_is_never_held_by_the_bucket() -> None:
+    import asyncio
+    import json
+
+    from ddp_operator.api.progress_server import TokenReviewer
+
+    class Reviews:
+        async def _call(self, *args, **kw) -> bytes:
+            return json.dumps({"status": POD}).encode()
+
+    reviewer = TokenReviewer(kube=Reviews(), per_second=1.0, burst=1)  # type: ignore[arg-type]
+    assert asyncio.run(reviewer.sender("a.b.c")).pod == "j-worker-0"
+    reviewer._seen.clear()  # its answer expired, and strangers spent the bucket
+    reviewer._allowed, reviewer._at = 0.0, float("inf")
+    assert asyncio.run(reviewer.sender("a.b.c")).pod == "j-worker-0"

@@ -26,6 +26,7 @@ import atexit
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -39,6 +40,8 @@ INTERVAL_ENV = "DDP_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 10.0
 TIMEOUT = 5.0  # seconds one report may take
 MAX_METRICS = 8
+PHASE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # as decide/progress_report takes it
+MAX_PHASE_SECONDS = 7 * 86400
 
 
 def _rank() -> int:
@@ -105,11 +108,15 @@ class Reporter:
             if not self.url:
                 self.say_once("url", f"{URL_ENV} is not set (not in a DDPJob): not reported")
                 return
+            if phase is not None and not isinstance(phase, str):  # a metric of that name
+                metrics, phase = {**metrics, "phase": phase}, None
             payload = self._payload(int(step), total, metrics)
+            phase = self._phase_name(phase)
             if phase:
-                payload["phase"] = str(phase)
+                payload["phase"] = phase
                 if phase_timeout is not None:
-                    payload["phaseTimeoutSeconds"] = max(1, math.ceil(float(phase_timeout)))
+                    bound = math.ceil(float(phase_timeout))
+                    payload["phaseTimeoutSeconds"] = min(MAX_PHASE_SECONDS, max(1, bound))
             with self._cond:
                 self._pending = payload
                 last = total is not None and int(step) >= int(total)
@@ -125,6 +132,17 @@ class Reporter:
                 self._cond.notify()
         except Exception as exc:  # (never raise into the training loop)
             self.say_once("report", f"report({step!r}) failed: {exc}")
+
+    def _phase_name(self, phase: str | None) -> str | None:
+        """The phase as the operator takes it (lower case, letters, digits, ``_`` and ``-``,
+        32 at most); a name it would refuse is said once and left out, the report still sent."""
+        if not phase:
+            return None
+        name = phase.strip().lower()
+        if not PHASE_NAME.match(name):
+            self.say_once("phase", f"phase {phase!r} is no phase name ({PHASE_NAME.pattern})")
+            return None
+        return name
 
     def _payload(self, step: int, total: Any, metrics: dict[str, Any]) -> dict[str, Any]:
         now = time.monotonic()

@@ -1,8 +1,9 @@
 """A job loop's reads of its failures' logs (what is read and how: ``decide/failure_logs``):
-the deciding failure's log, once per failed attempt (remembered by (job UID, attempt), never
-read again in a later pass), before the plan that acts on the failure; the loop then plans
-again with it. A read that fails or takes longer than TIMEOUT_SECONDS never holds the restart
-up: the failure is named from its termination message and says why its log could not be read.
+the deciding failure's log, once per failed attempt and pod (remembered by (job UID, pod UID,
+attempt), never read again in a later pass: an elastic attempt reads each replaced worker's),
+before the plan that acts on the failure; the loop then plans again with it. A read that fails
+or takes longer than TIMEOUT_SECONDS never holds the restart up: the failure is named from its
+termination message and says why its log could not be read.
 Each read is told on the job by an Event (``FailureLogRead``, or ``FailureLogUnreadable`` as a
 Warning: a Forbidden there is the chart's Role without ``pods/log``)."""
 
@@ -26,24 +27,24 @@ Post = Callable[..., Any]  # kopf.event's signature: (body, type=, reason=, mess
 
 
 class FailureLogs:
-    """The logs one job loop has read, by (job UID, attempt): the latest attempt's only."""
+    """The logs one job loop has read, by (job UID, pod UID, attempt): the latest attempt's."""
 
     def __init__(self, kube: Kube, post: Post = kopf.event) -> None:
         self.kube = kube
         self.post = post
-        self.reads: dict[tuple[str, int], fl.LogRead] = {}
+        self.reads: dict[tuple[str, str, int], fl.LogRead] = {}  # (job, pod, attempt)
 
     def known(self, job: JobSpec) -> Mapping[tuple[str, int], fl.LogRead]:
         """The job's logs read, by (pod UID, attempt), as ``reconcile.plan`` takes them."""
-        return {r.key: r for (uid, _), r in self.reads.items() if uid == job.uid}
+        return {r.key: r for (uid, _, _), r in self.reads.items() if uid == job.uid}
 
     async def read(self, job: JobSpec, ask: fl.LogAsk | None, body: Mapping[str, Any]) -> bool:
         """Read the log a plan asks for, unless one was read for this attempt of the job
         already; post the Event on ``body``. Returns whether it read (the loop then plans
         again)."""
-        if ask is None or (key := (job.uid or "", ask.attempt)) in self.reads:
+        if ask is None or (key := (job.uid or "", ask.uid, ask.attempt)) in self.reads:
             return False
-        self.reads = {k: r for k, r in self.reads.items() if k[1] >= ask.attempt}
+        self.reads = {k: r for k, r in self.reads.items() if k[2] >= ask.attempt}
         try:
             text, capped = await asyncio.wait_for(
                 self.kube.read_log(

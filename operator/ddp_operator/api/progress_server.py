@@ -9,7 +9,9 @@ Whoever reaches the endpoint can send anything, so nothing of a request is read 
 token is reviewed, and a review costs the API server a call only for a token shaped as a
 service account token is (a JWT) and not reviewed lately; those reviews are bounded (a token
 bucket: NEW_REVIEWS_PER_SECOND, bursts of NEW_REVIEWS_BURST) and a request past the bound is
-answered 429. One process of a job reports (rank 0): one token per job, reviewed once a minute.
+answered 429. A token the API server vouched for is reviewed again when its answer expires
+without the bucket: strangers' tokens cannot crowd the job's own reporter out. One process of
+a job reports (rank 0): one token per job, reviewed once a minute.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class TokenReviewer:
         self.kube = kube
         self.per_second, self.burst = per_second, burst
         self._seen: dict[str, tuple[float, Sender]] = {}
+        self._good: set[str] = set()  # tokens a review found a pod's: never held by the bucket
         self._allowed, self._at = float(burst), time.monotonic()
 
     def _spend(self, now: float) -> bool:
@@ -97,7 +100,7 @@ class TokenReviewer:
         hit = self._seen.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        if not self._spend(now):
+        if key not in self._good and not self._spend(now):
             raise Busy(f"too many new tokens to review (over {self.per_second:g}/s): send again")
         body = {
             "apiVersion": "authentication.k8s.io/v1",
@@ -108,6 +111,10 @@ class TokenReviewer:
             "create_tokenreview", "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body
         )
         who = sender_of(json.loads(data))
+        if not who.refused:
+            if len(self._good) >= MAX_REVIEWS:
+                self._good.clear()
+            self._good.add(key)
         if len(self._seen) >= MAX_REVIEWS:
             self._seen = {k: v for k, v in self._seen.items() if v[0] > now}
             if len(self._seen) >= MAX_REVIEWS:

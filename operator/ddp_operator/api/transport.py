@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
 
 from ..model import constants as c
 from . import metrics
@@ -99,13 +101,20 @@ class Transport:
         timeout: tuple[float, float] | None = None,
     ) -> Any:
         """Blocking: send one request; its response (RESTResponse) for the caller to read, or
-        ApiException for a status not 2xx. ``timeout``: (connect, read) seconds."""
+        ApiException for a status not 2xx. ``timeout``: (connect, read) seconds of a call its
+        caller bounds (a GET): one try, none of the client's retries."""
         headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
         self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         url = self.api.configuration.host + path + (f"?{query}" if query else "")
-        response = self.api.rest_client.request(
-            method, url, headers=headers, body=body, _request_timeout=timeout
-        )
+        if timeout is not None and body is None:
+            once = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            pool = self.api.rest_client.pool_manager
+            raw = pool.request(method, url, headers=headers, timeout=once, retries=False)
+            response = RESTResponse(raw)
+        else:
+            response = self.api.rest_client.request(
+                method, url, headers=headers, body=body, _request_timeout=timeout
+            )
         if not 200 <= response.status <= 299:
             response.read()
             raise ApiException(http_resp=response.response)

@@ -26,6 +26,7 @@ from ..manifests.builders import worker_name
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from . import failure_logs, last_words, outcomes
+from .conditions import format_time
 
 # Reasons of the pod (status.reason) that say the control plane took it away.
 DISRUPTED_REASONS = frozenset(("Evicted", "NodeLost", "Preempted", "Preempting"))
@@ -147,7 +148,7 @@ def of_pod(
         elif disruption is not None:
             reason, message, time = disruption.reason, disruption.message, disruption.time
         else:
-            reason, time = DELETED, pod.deletion_time  # when it was asked to go
+            reason, time = DELETED, _asked_to_go(pod)
             message = "" if gone else "no disruption condition: deleted by a user or a controller"
     elif disruption is not None and not time:
         time = disruption.time
@@ -206,6 +207,14 @@ def collect(
             log = (logs or {}).get((pod.uid or "", attempt))
             found.append(of_pod(pod, gone=False, log=log))
     return ordered(found)
+
+
+def _asked_to_go(pod: WorkerPod) -> str | None:
+    """When a pod's deletion was asked for: its deletionTimestamp less its grace period."""
+    end = _when(pod.deletion_time)
+    if end is None:
+        return None
+    return format_time(end - timedelta(seconds=int(pod.deletion_grace or 0)))
 
 
 def ordered(failures: list[WorkerFailure]) -> list[WorkerFailure]:

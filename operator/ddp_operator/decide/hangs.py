@@ -78,8 +78,9 @@ def check(
         advanced = phase_since
     starts = (advanced, parse_time(running.get("lastTransitionTime")), _replaced(status, attempt))
     clock = max(t for t in starts if t is not None)
-    if phase:
-        limit = int(progress.get("phaseTimeoutSeconds") or PHASE_DEFAULT)
+    if phase:  # its own bound; none given: an hour, or the stall timeout if longer
+        bound = progress.get("phaseTimeoutSeconds")
+        limit = int(bound) if bound else max(PHASE_DEFAULT, timeout(job, progress))
     else:
         limit = timeout(job, progress)
     left = (clock + timedelta(seconds=limit) - now).total_seconds()

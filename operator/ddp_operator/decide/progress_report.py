@@ -106,10 +106,15 @@ def carry(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, An
     if new.get("phase"):
         same = old.get("phase") == new["phase"] and old.get("phaseSince")
         out["phaseSince"] = old["phaseSince"] if same else new["updated"]
+    ended = bool(old.get("phase")) and not new.get("phase")  # a phase over: the clock anew
+    if ended:  # and the step interval is measured anew (the phase is no step's time)
+        out.update(since=new["updated"], sinceStep=new["step"], advanced=new["updated"])
+        if old.get("stepSeconds") is not None:
+            out["stepSeconds"] = old["stepSeconds"]
+        return out
     out.update(since=old["since"], sinceStep=int(old.get("sinceStep") or 0))
     moved = new["step"] != old.get("step")
-    ended = bool(old.get("phase")) and not new.get("phase")  # a phase over: the clock anew
-    out["advanced"] = new["updated"] if moved or ended else old.get("advanced") or new["updated"]
+    out["advanced"] = new["updated"] if moved else old.get("advanced") or new["updated"]
     steps = new["step"] - out["sinceStep"]
     start, now = parse_time(out["since"]), parse_time(new["updated"])
     if moved and steps > 0 and start is not None and now is not None:

@@ -3,18 +3,39 @@ unless the template sets them: a collective that times out or fails tears the pr
 (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, torch's default, made explicit), the monitor thread
 aborts a process whose NCCL watchdog is itself stuck after the stall timeout
 (``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``; torch's default is 480 s), and a timeout dumps the flight
-recorder's last collectives (``TORCH_NCCL_DUMP_ON_TIMEOUT``; its buffer,
-``TORCH_FR_BUFFER_SIZE``, is 2000 by default). Names as torch 2.15 reads them
-(``ProcessGroupNCCL.hpp``); torch logs the values it took at INFO
+recorder's last collectives (``TORCH_NCCL_DUMP_ON_TIMEOUT``). Names as torch 2.5 to 2.15 read
+them (``ProcessGroupNCCL.hpp``, ``Utils.hpp``: read from each version's wheel).
+
+The flight recorder's buffer has two names and two readers: the process group (and its dump
+pipe) reads ``TORCH_NCCL_TRACE_BUFFER_SIZE`` only; the recorder, from torch 2.8,
+``TORCH_FR_BUFFER_SIZE`` first. Their defaults differ by version (the recorder's is 0, nothing
+recorded, up to torch 2.10), so both are set to BUFFER, or both to the template's value of
+either: torch takes both, the new name winning, and warns once that the old one is
+deprecated. torch logs the values it took at INFO
 (``TORCH_CPP_LOG_LEVEL=INFO``), which tests/test_gpu_watchdogs.py reads. gloo has no such
 variables: its collectives time out after ``init_process_group(timeout=)``, 30 minutes by
 default, and the operator's stall detection is the guard."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.stall_detection import CEILING
+
+BUFFER = "2000"  # collectives the flight recorder keeps (torch 2.11+'s default)
+BUFFER_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # new, old
+
+
+def _buffer(template: Any) -> str:
+    """The template's buffer size under either name (the new first), else BUFFER."""
+    env = {
+        e.get("name"): e.get("value")
+        for ct in ((template or {}).get("spec") or {}).get("containers") or ()
+        for e in ct.get("env") or ()
+    }
+    return next((str(env[n]) for n in BUFFER_NAMES if env.get(n) is not None), BUFFER)
 
 
 def env(job: JobSpec) -> list[tuple[str, str]]:
@@ -27,4 +48,5 @@ def env(job: JobSpec) -> list[tuple[str, str]]:
         ("TORCH_NCCL_ENABLE_MONITORING", "1"),
         ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", str(heartbeat)),
         ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+        *((name, _buffer(job.template)) for name in BUFFER_NAMES),
     ]

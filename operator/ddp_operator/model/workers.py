@@ -29,7 +29,8 @@ class WorkerPod:
     owner_uid: str | None = None
     owner: str | None = None
     finalizers: tuple[str, ...] = ()
-    deletion_time: str | None = None
+    deletion_time: str | None = None  # the end of its grace period, not the request
+    deletion_grace: int | None = None  # its grace period's seconds
     node_lost: str | None = None
     not_starting: ps.Waiting | None = None  # a container's (or, from Events, the pod's) holdup
     scheduled: str | None = None  # when the pod was bound to its node (PodScheduled)
@@ -223,6 +224,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         owner=owner,
         finalizers=tuple(meta.get("finalizers") or ()),
         deletion_time=meta.get("deletionTimestamp"),
+        deletion_grace=meta.get("deletionGracePeriodSeconds"),
         node_lost=ps.node_lost(status, disruption),
         conditions=ps.conditions(status),
         disruption=disruption,
