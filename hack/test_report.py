@@ -2,7 +2,8 @@
 
 Usage: test_report.py REPORT_DIR TOTAL_SECONDS STEP=SECONDS...  (hack/test.sh). Reads the JUnit
 XML files pytest wrote into REPORT_DIR, one per session. Prints the 25 slowest tests of all
-sessions, the seconds of each step, the whole run against the budget (15 minutes warm, 35 cold:
+sessions, the 15 test files that took longest (their tests' seconds summed, setup included), the
+seconds of each step, the whole run against the budget (15 minutes warm, 35 cold:
 a run whose build took over a minute was cold), and a closing line ``N passed, N failed``. Exits
 1 when no test ran at all.
 """
@@ -16,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 SLOWEST = 25
+FILES = 15
 WARM_BUDGET_S = int(os.environ.get("DDP_TEST_BUDGET_S", "900"))
 COLD_BUDGET_S = int(os.environ.get("DDP_TEST_COLD_BUDGET_S", "2100"))
 COLD_BUILD_S = 60  # a build step longer than this built something: the run was cold
@@ -48,6 +50,12 @@ def main(argv: list[str]) -> int:
     print(f"\n== make test: the {SLOWEST} slowest tests ==")
     for name, seconds, outcome in sorted(found, key=lambda c: -c[1])[:SLOWEST]:
         print(f"{seconds:8.1f}s  {name}{'' if outcome == 'passed' else f'  ({outcome})'}")
+    by_file: dict[str, list[float]] = {}
+    for name, seconds, _ in found:
+        by_file.setdefault(name.split("::")[0], []).append(seconds)
+    print(f"\n== make test: the {FILES} slowest files ==")
+    for module, times in sorted(by_file.items(), key=lambda f: -sum(f[1]))[:FILES]:
+        print(f"{minutes(sum(times)):>8}  {module} ({len(times)} tests)")
     print("\n== make test: where the time went ==")
     for step, seconds in steps:
         print(f"{minutes(int(seconds)):>8}  {step}")

@@ -42,6 +42,8 @@ def test_the_slowest_tests_of_every_session_the_steps_and_the_warm_budget(tmp_pa
     assert slowest[0].endswith("tests.test_x::test_c  (failed)") and "90.0s" in slowest[0], slowest
     assert "test_d" in slowest[1] and "test_a" in slowest[2], slowest
     assert "1m00s  cluster up" in lines
+    files = lines[lines.index("== make test: the 15 slowest files ==") + 1 :][:1]
+    assert files == ["2m13s  tests.test_x (4 tests)"], files
     assert "11m40s  in all: within the warm budget of 15m00s" in lines
     assert lines[-1] == "2 passed, 1 failed, 1 skipped"
 
