@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
-import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import RESTResponse
@@ -107,9 +106,8 @@ class Transport:
         self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         url = self.api.configuration.host + path + (f"?{query}" if query else "")
         if timeout is not None and body is None:
-            once = urllib3.Timeout(connect=timeout[0], read=timeout[1])
-            pool = self.api.rest_client.pool_manager
-            raw = pool.request(method, url, headers=headers, timeout=once, retries=False)
+            pool = self.api.rest_client.pool_manager  # (urllib3's: a number bounds each phase)
+            raw = pool.request(method, url, headers=headers, timeout=max(timeout), retries=False)
             response = RESTResponse(raw)
         else:
             response = self.api.rest_client.request(
