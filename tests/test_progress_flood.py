@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from test_metrics import scrape
@@ -50,9 +51,10 @@ def post(url: str, token: str, report: dict) -> int:
         return answer.status
 
 
-def test_sixty_reports_of_the_last_step_in_two_seconds_make_two_writes_at_most(
-    cluster: Cluster, crd: str
-) -> None:
+@pytest.fixture
+def reporting(cluster: Cluster, crd: str) -> Iterator[tuple[str, int, int]]:
+    """A namespace of its own and an operator with the progress endpoint and metrics:
+    (namespace, endpoint port, metrics port)."""
     ns = f"ddpf-{uuid.uuid4().hex[:6]}"
     cluster.core.create_namespace(fake_nodes_namespace(ns))
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
@@ -62,39 +64,46 @@ def test_sixty_reports_of_the_last_step_in_two_seconds_make_two_writes_at_most(
     ).start()
     try:
         op.wait_ready()
-        jobs.apply(cluster, ddpjob("flood", ns, nodes=2))
-        workers = wait_running(cluster, ns, "flood", 2)
-        jobs.wait_phase(cluster, ns, "flood", "Running")
-        token = pod_token(cluster, ns, workers[0])
-        url = f"http://127.0.0.1:{port}/v1/namespaces/{ns}/ddpjobs/flood/progress"
-        assert post(url, token, {"step": 50, "total": 100}) == 202
-        wait_for(lambda: scrape(metrics).get(WRITES) == 1, timeout=10, what="the first write")
-        time.sleep(6)  # past the interval: the flood starts with a write allowed
-        started = time.monotonic()
-        for i in range(60):
-            report = {"step": 100 + i, "total": 100, "metrics": {"loss": float(i)}}
-            assert post(url, token, report) == 202
-            time.sleep(max(0.0, started + (i + 1) * 2 / 60 - time.monotonic()))
-        assert time.monotonic() - started < 4
-        # The latest report reaches the job within the interval; nothing more is written.
-        job = wait_for(
-            lambda: (
-                (j := jobs.get(cluster, ns, "flood") or {})
-                .get("status", {})
-                .get("progress", {})
-                .get("metrics", {})
-                .get("loss")
-                == 59.0
-                and j
-            ),
-            timeout=10,
-            what="the latest report on the job",
-        )
-        time.sleep(6)
-        writes = scrape(metrics)[WRITES] - 1
+        yield ns, port, metrics
     finally:
         op.stop()
         cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def test_sixty_reports_of_the_last_step_in_two_seconds_make_two_writes_at_most(
+    cluster: Cluster, reporting: tuple[str, int, int]
+) -> None:
+    ns, port, metrics = reporting
+    jobs.apply(cluster, ddpjob("flood", ns, nodes=2))
+    workers = wait_running(cluster, ns, "flood", 2)
+    jobs.wait_phase(cluster, ns, "flood", "Running")
+    token = pod_token(cluster, ns, workers[0])
+    url = f"http://127.0.0.1:{port}/v1/namespaces/{ns}/ddpjobs/flood/progress"
+    assert post(url, token, {"step": 50, "total": 100}) == 202
+    wait_for(lambda: scrape(metrics).get(WRITES) == 1, timeout=10, what="the first write")
+    time.sleep(6)  # past the interval: the flood starts with a write allowed
+    started = time.monotonic()
+    for i in range(60):
+        report = {"step": 100 + i, "total": 100, "metrics": {"loss": float(i)}}
+        assert post(url, token, report) == 202
+        time.sleep(max(0.0, started + (i + 1) * 2 / 60 - time.monotonic()))
+    assert time.monotonic() - started < 4
+    # The latest report reaches the job within the interval; nothing more is written.
+    job = wait_for(
+        lambda: (
+            (j := jobs.get(cluster, ns, "flood") or {})
+            .get("status", {})
+            .get("progress", {})
+            .get("metrics", {})
+            .get("loss")
+            == 59.0
+            and j
+        ),
+        timeout=10,
+        what="the latest report on the job",
+    )
+    time.sleep(6)
+    writes = scrape(metrics)[WRITES] - 1
     p = job["status"]["progress"]
     assert p["step"] == 100 and p["total"] == 100 and p["percent"] == 100.0, p  # clamped
     assert 1 <= writes <= 2, writes
@@ -118,36 +127,25 @@ def made_up(i: int) -> str:
 
 
 def test_a_thousand_made_up_tokens_cost_a_bounded_number_of_reviews(
-    cluster: Cluster, crd: str
+    cluster: Cluster, reporting: tuple[str, int, int]
 ) -> None:
     """1,000 reports with made-up tokens and bodies that are no JSON: the bodies are never read
     (401 or 429, never 400), the TokenReviews they cost stay within the bucket (its burst and
     its rate over the flood's time), and a worker's real token is taken once the flood is over."""
-    ns = f"ddpf-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace(fake_nodes_namespace(ns))
-    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
-    port, metrics = free_port(), free_port()
-    op = OperatorProcess(
-        cluster, ns, "--progress-address", f"127.0.0.1:{port}", "--metrics-port", str(metrics)
-    ).start()
-    try:
-        op.wait_ready()
-        jobs.apply(cluster, ddpjob("flooded", ns, nodes=1))
-        workers = wait_running(cluster, ns, "flooded", 1)
-        url = f"http://127.0.0.1:{port}/v1/namespaces/{ns}/ddpjobs/flooded/progress"
-        started = time.monotonic()
-        codes = Counter(answer(url, made_up(i), b"not json") for i in range(1000))
-        took = time.monotonic() - started
-        reviews = scrape(metrics).get(REVIEWS, 0)
-        token = pod_token(cluster, ns, workers[0])
-        wait_for(
-            lambda: answer(url, token, json.dumps({"step": 1, "total": 2}).encode()) == 202,
-            timeout=10,
-            what="the worker's report taken",
-        )
-    finally:
-        op.stop()
-        cluster.core.delete_namespace(ns, propagation_policy="Background")
+    ns, port, metrics = reporting
+    jobs.apply(cluster, ddpjob("flooded", ns, nodes=1))
+    workers = wait_running(cluster, ns, "flooded", 1)
+    url = f"http://127.0.0.1:{port}/v1/namespaces/{ns}/ddpjobs/flooded/progress"
+    started = time.monotonic()
+    codes = Counter(answer(url, made_up(i), b"not json") for i in range(1000))
+    took = time.monotonic() - started
+    reviews = scrape(metrics).get(REVIEWS, 0)
+    token = pod_token(cluster, ns, workers[0])
+    wait_for(
+        lambda: answer(url, token, json.dumps({"step": 1, "total": 2}).encode()) == 202,
+        timeout=10,
+        what="the worker's report taken",
+    )
     bound = progress_server.NEW_REVIEWS_BURST + progress_server.NEW_REVIEWS_PER_SECOND * took
     assert 0 < reviews <= bound + 1, (reviews, took)
     assert codes == {401: reviews, 429: 1000 - reviews}, (codes, reviews)
