@@ -81,6 +81,7 @@ class Kube(Transport):
             query=urlencode(query),
             expected=(NOT_FOUND, 400),
             timeout=(timeout, timeout),
+            once=True,
         )
         return data.decode(errors="replace"), len(data) >= LIMIT_BYTES
 

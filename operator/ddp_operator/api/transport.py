@@ -16,7 +16,6 @@ from urllib.parse import quote
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.client.rest import RESTResponse
 
 from ..model import constants as c
 from . import metrics
@@ -100,23 +99,23 @@ class Transport:
         timeout: tuple[float, float] | None = None,
     ) -> Any:
         """Blocking: send one request; its response (RESTResponse) for the caller to read, or
-        ApiException for a status not 2xx. ``timeout``: (connect, read) seconds of a call its
-        caller bounds (a GET): one try, none of the client's retries."""
-        headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = self.api.configuration.host + path + (f"?{query}" if query else "")
-        if timeout is not None and body is None:
-            pool = self.api.rest_client.pool_manager  # (urllib3's: a number bounds each phase)
-            raw = pool.request(method, url, headers=headers, timeout=max(timeout), retries=False)
-            response = RESTResponse(raw)
-        else:
-            response = self.api.rest_client.request(
-                method, url, headers=headers, body=body, _request_timeout=timeout
-            )
+        ApiException for a status not 2xx. ``timeout``: (connect, read) seconds."""
+        headers, url = self._prepared(method, path, body, content_type, query)
+        response = self.api.rest_client.request(
+            method, url, headers=headers, body=body, _request_timeout=timeout
+        )
         if not 200 <= response.status <= 299:
             response.read()
             raise ApiException(http_resp=response.response)
         return response
+
+    def _prepared(
+        self, method: str, path: str, body: Any, content_type: str, query: str
+    ) -> tuple[dict[str, str], str]:
+        """A request's headers (with the credentials) and URL."""
+        headers = {**self.api.default_headers, "Accept": JSON, "Content-Type": content_type}
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        return headers, self.api.configuration.host + path + (f"?{query}" if query else "")
 
     def _request(
         self,
@@ -126,10 +125,20 @@ class Transport:
         content_type: str = JSON,
         query: str = "",
         timeout: tuple[float, float] | None = None,
+        once: bool = False,
     ) -> bytes:
-        """One blocking request; its response body, or ApiException for a status not 2xx."""
-        # Read whole: the connection goes back to the pool.
-        return self.open(method, path, body, content_type, query, timeout).read()
+        """One blocking request; its response body, or ApiException for a status not 2xx.
+        ``once``: a GET its caller bounds by ``timeout``: one try, none of the client's retries
+        (each would take the timeout again)."""
+        if not once:  # read whole: the connection goes back to the pool
+            return self.open(method, path, body, content_type, query, timeout).read()
+        headers, url = self._prepared(method, path, None, content_type, query)
+        pool = self.api.rest_client.pool_manager  # urllib3's: a number bounds each phase
+        bound = max(timeout) if timeout else None
+        raw = pool.request(method, url, headers=headers, timeout=bound, retries=False)
+        if not 200 <= raw.status <= 299:
+            raise ApiException(http_resp=raw)
+        return raw.data
 
     async def _call(
         self,
@@ -141,9 +150,12 @@ class Transport:
         query: str = "",
         expected: tuple[int, ...] = (NOT_FOUND, CONFLICT),
         timeout: tuple[float, float] | None = None,
+        once: bool = False,
     ) -> bytes:
         loop = asyncio.get_running_loop()
-        call = functools.partial(self._request, method, path, body, content_type, query, timeout)
+        call = functools.partial(
+            self._request, method, path, body, content_type, query, timeout, once
+        )
         try:
             data = await loop.run_in_executor(self._pool, call)
         except ApiException as exc:
