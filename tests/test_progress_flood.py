@@ -32,7 +32,7 @@ from jobs import ddpjob
 pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 WRITES = 'ddp_operator_api_requests_total{code="200",verb="patch_progress"}'
-REVIEWS = 'ddp_operator_api_requests_total{code="201",verb="create_tokenreview"}'
+REVIEWS = 'ddp_operator_api_requests_total{code="200",verb="create_tokenreview"}'
 
 
 def pod_token(cluster: Cluster, ns: str, pod: dict) -> str:
