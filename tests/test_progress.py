@@ -202,3 +202,51 @@ def test_a_phase_the_operator_would_refuse_is_left_out_and_a_metric_named_phase_
     assert "phase" not in endpoint.got[-1] and endpoint.got[-1]["metrics"] == {"phase": 2.0}
     assert all("phase" not in g for g in endpoint.got[1:])
     assert capsys.readouterr().err.count("is no phase name") == 1
+
+
+def test_a_checkpoint_is_sent_at_once_with_the_last_report_and_kept_in_every_report_after(
+    endpoint: Endpoint, monkeypatch
+) -> None:
+    """A save is said at once (a failure may follow it), carrying the last report's step,
+    total and metrics (the job's progress stays whole); every later report repeats it, so a
+    report lost or replaced within the interval loses no checkpoint."""
+    monkeypatch.setenv("RANK", "0")
+    r = progress.Reporter(endpoint.url, None, interval=60)
+    r.report(20, 100, loss=0.5)
+    wait_for(lambda: len(endpoint.got) == 1, 5, what="the first report")
+    assert "checkpoint" not in endpoint.got[0]
+    r.checkpoint(20, "/ckpt/step-20")
+    wait_for(lambda: len(endpoint.got) == 2, 5, what="the checkpoint, within the interval")
+    assert endpoint.got[1] | {"etaSeconds": 0} == {
+        "step": 20,
+        "total": 100,
+        "etaSeconds": 0,
+        "metrics": {"loss": 0.5},
+        "checkpoint": {"step": 20, "path": "/ckpt/step-20"},
+    }
+    r.report(21, 100)
+    with r._cond:
+        assert r._pending is not None and not r._urgent
+        assert r._pending["checkpoint"] == {"step": 20, "path": "/ckpt/step-20"}
+    r.checkpoint(30, "x" * (progress.MAX_PATH + 1))  # too long a path: the step still goes
+    wait_for(lambda: len(endpoint.got) == 3, 5, what="the second checkpoint")
+    assert endpoint.got[2]["checkpoint"] == {"step": 30}
+
+
+def test_where_to_resume_is_read_from_the_env(monkeypatch) -> None:
+    monkeypatch.delenv(progress.RESUME_STEP_ENV, raising=False)
+    assert progress.last_checkpoint() is None
+    monkeypatch.setenv(progress.RESUME_STEP_ENV, "40")
+    monkeypatch.setenv(progress.RESUME_PATH_ENV, "")
+    assert progress.last_checkpoint() == (40, None)
+    monkeypatch.setenv(progress.RESUME_PATH_ENV, "/ckpt/40")
+    assert progress.last_checkpoint() == progress.Checkpoint(40, "/ckpt/40")
+    monkeypatch.setenv(progress.RESUME_STEP_ENV, "forty")
+    assert progress.last_checkpoint() is None
+
+
+def test_another_rank_s_checkpoint_is_not_sent(endpoint: Endpoint, monkeypatch) -> None:
+    monkeypatch.setenv("RANK", "1")
+    r = progress.Reporter(endpoint.url, None, interval=0.01)
+    r.checkpoint(5)
+    assert r._thread is None and r._checkpoint is None

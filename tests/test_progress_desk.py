@@ -108,3 +108,30 @@ def test_a_stale_pod_or_attempt_is_refused_and_cannot_reset_the_clock() -> None:
     jobs.loop.status["restarts"] = 2
     assert asyncio.run(desk.accept(*KEY, SENDER, {"step": 4, "attempt": 1}))[0] == 403
     desk.forget(KEY)
+
+
+def test_a_new_checkpoint_is_written_within_a_second_and_a_repeated_one_not_again() -> None:
+    """A report that says a new checkpoint goes ahead of the 5 s interval (a failure may come
+    right after a save); the same checkpoint in every later report writes nothing more."""
+
+    async def scenario() -> None:
+        writes, jobs = Writes(), Jobs()
+        desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
+        mark = {"step": 10, "path": "/ckpt/10"}
+        assert (await desk.accept(*KEY, SENDER, {"step": 10, "attempt": 0}))[0] == 202
+        assert len(writes.patches) == 1  # the attempt's first report: written at once
+        await desk.accept(*KEY, SENDER, {"step": 10, "attempt": 0, "checkpoint": mark})
+        await asyncio.sleep(progress_desk.checkpoints.CHECKPOINT_GAP + 0.3)
+        assert len(writes.patches) == 2
+        written = writes.patches[1]["checkpoint"]
+        assert written | {"time": "t"} == {"step": 10, "path": "/ckpt/10", "attempt": 0, "time": "t"}
+        for step in (11, 12):
+            await desk.accept(*KEY, SENDER, {"step": step, "attempt": 0, "checkpoint": mark})
+        await asyncio.sleep(progress_desk.checkpoints.CHECKPOINT_GAP + 0.3)
+        assert len(writes.patches) == 2  # the same checkpoint: the interval as any report
+        bad = {"step": 12, "checkpoint": {"step": "ten"}}
+        answer = await desk.accept(*KEY, SENDER, bad)
+        assert answer[0] == 400 and "checkpoint.step must be an integer" in answer[1]
+        desk.forget(KEY)
+
+    asyncio.run(scenario())

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from ddp_operator.manifests import builders, worker_env
+from ddp_operator.manifests import builders, job_configmap, worker_env
 from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import JobSpec, resolve
 from ddp_operator.model.workers import observe
@@ -109,6 +109,35 @@ def test_an_elastic_pod_keeps_the_values_of_the_size_it_was_created_for() -> Non
     }
     assert (env["NNODES"], env["WORLD_SIZE"], env["VC_WORKER_NUM"]) == ("3", "3", "3")
     assert env["PET_RDZV_CONF"] == "is_host=0,join_timeout=60"
+
+
+def test_where_to_resume_is_carried_or_read_at_each_start_in_place() -> None:
+    j = job(nodes=2)
+    resume = {c.ENV_RESUME_STEP: "40", c.ENV_RESUME_PATH: "/ckpt/40"}
+    pod = builders.build_worker_pod(j, 1, 2, resume=resume)
+    assert env_of(pod, j)[c.ENV_RESUME_STEP] == "40"
+    assert env_of(pod, j)[c.ENV_RESUME_PATH] == "/ckpt/40"
+    first = builders.build_worker_pod(j, 1)["spec"]["containers"][0]  # no checkpoint yet
+    assert not {e["name"] for e in first["env"]} & set(c.RESUME_ENV)
+    kept = builders.build_worker_pod(j, 1, in_place=True, resume=resume)["spec"]["containers"][0]
+    refs = [e["valueFrom"]["configMapKeyRef"] for e in kept["env"] if e["name"] in c.RESUME_ENV]
+    assert refs == [
+        {"name": job_configmap.name(j.name), "key": k, "optional": True} for k in c.RESUME_ENV
+    ]
+    configmaps = {job_configmap.name(j.name): job_configmap.data(2, "h", 2, resume)}
+    resolved, _ = worker_env.resolve(kept, configmaps)
+    assert resolved[c.ENV_RESUME_STEP] == "40"
+    resolved, missing = worker_env.resolve(
+        kept, {job_configmap.name(j.name): job_configmap.data(2, "h", 0)}
+    )
+    assert c.ENV_RESUME_STEP not in resolved and not any("RESUME" in m for m in missing)
+    mine = {"name": c.ENV_RESUME_STEP, "value": "7"}  # a resume forced by hand wins
+    template = {"spec": {"containers": [{"name": "trainer", "image": "t", "env": [mine]}]}}
+    forced = builders.build_worker_pod(job(nodes=2, template=template), 1, in_place=True)
+    assert [e for e in forced["spec"]["containers"][0]["env"] if e["name"] in c.RESUME_ENV] == [
+        {"name": c.ENV_RESUME_PATH, "valueFrom": {"configMapKeyRef": refs[1]}},
+        mine,
+    ]
 
 
 def test_the_templates_env_keeps_precedence_and_ours_beats_its_envfrom() -> None:

@@ -6,7 +6,10 @@ hccl drives npu:LOCAL_RANK (needs torch_npu), gloo runs on the CPU.
 
     torchrun train.py [--epochs 5] [--checkpoint-dir /shared/ckpt]
 
-Rank 0 writes ``checkpoint.pt`` after every epoch; a restarted group resumes from it.
+Rank 0 writes ``checkpoint.pt`` after every epoch and tells the job (``checkpoint``: the job
+shows it); a restarted group resumes from the job's last checkpoint (``last_checkpoint``, from
+``DDP_RESUME_STEP``/``DDP_RESUME_PATH``), else from ``--checkpoint-dir``'s file. Outside an
+image with ``ddp_operator.progress``, it runs the same without telling.
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+try:
+    from ddp_operator.progress import checkpoint, last_checkpoint
+except ImportError:  # another image: the script runs as before, the job just does not know
+
+    def checkpoint(step: int, path: str | None = None) -> None:
+        pass
+
+    def last_checkpoint() -> None:
+        return None
 
 
 def device_for(backend: str, local_rank: int) -> torch.device:
@@ -63,6 +76,9 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     start = 0
     ckpt = Path(args.checkpoint_dir) / "checkpoint.pt" if args.checkpoint_dir else None
+    told = last_checkpoint()
+    if told is not None and told.path and Path(told.path).exists():
+        ckpt = Path(told.path)  # the job's word: where its last attempt said it saved
     if ckpt and ckpt.exists():
         state = torch.load(ckpt, map_location="cpu")
         model.load_state_dict(state["model"])
@@ -96,6 +112,7 @@ def main() -> int:
                 state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}
                 torch.save(state, tmp)
                 tmp.replace(ckpt)
+                checkpoint(epoch, str(ckpt))
         dist.barrier()
     weight, bias = model.weight.item(), model.bias.item()
     # DDP's reducer and the last step's graph hold the process group and tensors: freed while

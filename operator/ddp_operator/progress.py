@@ -7,6 +7,12 @@ Before a long stretch without steps (a checkpoint save, an evaluation), say so:
 that phase's own bound (``phase_timeout`` seconds, an hour if not given) instead of the stall
 timeout, and the next report without a phase ends it. A new phase is sent at once.
 
+Once a checkpoint is saved (every rank's part written: after ``dcp.save`` returns, or after
+``dcp.async_save``'s future completes), say so: ``checkpoint(step, path)``. The job shows it
+(``status.checkpoint``, kept across restarts), sends it at once, and gives each later attempt's
+containers ``DDP_RESUME_STEP`` and ``DDP_RESUME_PATH``: ``last_checkpoint()`` reads them, so a
+restarted script resumes where the job says, with no bookkeeping of its own.
+
 Call it on every rank, as often as you like: only rank 0 reports, at most once per
 ``DDP_PROGRESS_INTERVAL`` seconds (10 by default; the first report of the last step is sent at
 once, those after it at the interval like any other), from a
@@ -32,7 +38,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, NamedTuple
 
 URL_ENV = "DDP_PROGRESS_URL"
 TOKEN_ENV = "DDP_PROGRESS_TOKEN"
@@ -42,6 +48,9 @@ TIMEOUT = 5.0  # seconds one report may take
 MAX_METRICS = 8
 PHASE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # as decide/progress_report takes it
 MAX_PHASE_SECONDS = 7 * 86400
+RESUME_STEP_ENV = "DDP_RESUME_STEP"
+RESUME_PATH_ENV = "DDP_RESUME_PATH"
+MAX_PATH = 1024  # characters of a checkpoint's path, as decide/progress_report takes it
 
 
 def _rank() -> int:
@@ -66,6 +75,13 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+class Checkpoint(NamedTuple):
+    """A checkpoint: the step it holds, and where it is (None: the script did not say)."""
+
+    step: int
+    path: str | None
+
+
 class Reporter:
     """Sends the latest report of this process, rate-limited, from a daemon thread."""
 
@@ -79,6 +95,8 @@ class Reporter:
         self._final_sent = False  # it went: the reports after it wait their interval
         self._urgent = False  # the pending report starts a phase: sent at once
         self._phase: str | None = None  # the phase of the last report queued
+        self._checkpoint: dict[str, Any] | None = None  # the last one said: in every report
+        self._last: tuple[int, Any, str | None, Any, dict[str, Any]] | None = None
         self._sent_at = -math.inf
         self._first: tuple[float, int] | None = None  # (time, step) of this process's first
         self._thread: threading.Thread | None = None
@@ -118,6 +136,7 @@ class Reporter:
                     bound = math.ceil(float(phase_timeout))
                     payload["phaseTimeoutSeconds"] = min(MAX_PHASE_SECONDS, max(1, bound))
             with self._cond:
+                self._last = (int(step), total, phase, phase_timeout, metrics)
                 self._pending = payload
                 last = total is not None and int(step) >= int(total)
                 self._final = last and not self._final_sent
@@ -132,6 +151,27 @@ class Reporter:
                 self._cond.notify()
         except Exception as exc:  # (never raise into the training loop)
             self.say_once("report", f"report({step!r}) failed: {exc}")
+
+    def checkpoint(self, step: int, path: str | None = None) -> None:
+        """Say a checkpoint of ``step`` is saved (at ``path``): sent at once with the last
+        report's step, total, phase and metrics, and with every report after it."""
+        try:
+            if _rank() != 0:
+                return
+            mark: dict[str, Any] = {"step": int(step)}
+            if path:
+                text = os.fspath(path)
+                if len(text) > MAX_PATH:
+                    self.say_once("path", f"checkpoint path over {MAX_PATH} characters: left out")
+                else:
+                    mark["path"] = text
+            with self._cond:
+                self._checkpoint = mark
+                self._urgent = True
+                again = self._last or (int(step), None, self._phase, None, {})
+            self.report(again[0], again[1], again[2], again[3], **again[4])
+        except Exception as exc:  # (never raise into the training loop)
+            self.say_once("checkpoint", f"checkpoint({step!r}) failed: {exc}")
 
     def _phase_name(self, phase: str | None) -> str | None:
         """The phase as the operator takes it (lower case, letters, digits, ``_`` and ``-``,
@@ -160,6 +200,8 @@ class Reporter:
         if len(payload["metrics"]) > MAX_METRICS:
             self.say_once("metrics", f"more than {MAX_METRICS} metrics: the first kept")
             payload["metrics"] = dict(list(payload["metrics"].items())[:MAX_METRICS])
+        if self._checkpoint is not None:
+            payload["checkpoint"] = dict(self._checkpoint)
         if os.environ.get("DDP_ATTEMPT", "").isdigit():
             payload["attempt"] = int(os.environ["DDP_ATTEMPT"])
         return payload
@@ -248,3 +290,21 @@ def report(
     ``phase`` (e.g. ``"checkpoint"``, ``"eval"``): a long stretch without steps begins, allowed
     ``phase_timeout`` seconds (an hour if not given); the next report without one ends it."""
     reporter().report(step, total, phase, phase_timeout, **metrics)
+
+
+def checkpoint(step: int, path: str | None = None) -> None:
+    """Say that a checkpoint of ``step`` is saved, complete (every rank's part), at ``path``
+    (a directory or file the next attempt can read; optional). Every rank may call it; rank
+    0's counts. The job shows it (``status.checkpoint``) and a restarted group gets it as
+    ``DDP_RESUME_STEP`` / ``DDP_RESUME_PATH`` (``last_checkpoint``)."""
+    reporter().checkpoint(step, path)
+
+
+def last_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from: the job's last one when this container started
+    (``DDP_RESUME_STEP``, ``DDP_RESUME_PATH``, given by the operator); None in a job that has
+    reported none, or outside a DDPJob."""
+    step = os.environ.get(RESUME_STEP_ENV, "")
+    if not step.isdigit():
+        return None
+    return Checkpoint(int(step), os.environ.get(RESUME_PATH_ENV) or None)

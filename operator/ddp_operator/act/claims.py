@@ -71,6 +71,7 @@ async def create_group(
     fresh: bool,
     policy: bool = False,
     legacy: bool = False,
+    resume: dict[str, str] | None = None,
 ) -> tuple[list[bool], bool]:
     """Create the gang's objects, the Service, the ConfigMaps (and keep the legacy one in step if
     ``legacy``), the NetworkPolicy if ``policy``, then the pods that ``build`` makes for
@@ -84,7 +85,7 @@ async def create_group(
     if not await step("creating the Service", kube.create_service(builders.build_service(job))):
         found = await check_owner(kube, job, "Service", job.name) and found
     attempt = int(first["metadata"]["labels"][c.LABEL_ATTEMPT])
-    found = await give_env(kube, job, attempt, legacy, common=True) and found
+    found = await give_env(kube, job, attempt, legacy, common=True, resume=resume) and found
     if policy:
         manifest, name = netpol.build_network_policy(job), netpol.name(job)
         if not await step(
@@ -108,14 +109,19 @@ async def create_group(
 
 
 async def give_env(
-    kube: Kube, job: JobSpec, attempt: int, legacy: bool = False, common: bool = False
+    kube: Kube,
+    job: JobSpec,
+    attempt: int,
+    legacy: bool = False,
+    common: bool = False,
+    resume: dict[str, str] | None = None,
 ) -> bool:
     """Have the job's ConfigMap (``job_configmap``), and the legacy one if ``legacy`` (a pod of
-    the job reads it), hold the host list of the group's size and say ``attempt`` (created if
-    missing, else changed), and if ``common``, have its ConfigMap of common values
-    (``worker_env``: created if missing; immutable, named after its content, nothing to give),
-    before a pod that reads them is created or told its next attempt: their containers take
-    them as they start. False if one went meanwhile (the next pass creates it)."""
+    the job reads it), hold the host list of the group's size and say ``attempt`` and where to
+    ``resume`` (created if missing, else changed), and if ``common``, have its ConfigMap of
+    common values (``worker_env``: created if missing; immutable, named after its content,
+    nothing to give), before a pod that reads them is created or told its next attempt: their
+    containers take them as they start. False if one went meanwhile (the next pass creates it)."""
     hosts = builders.worker_hosts(job)
     names = [job_configmap.name(job.name)]
     if legacy:
@@ -123,7 +129,7 @@ async def give_env(
     found = True
     for name in names:
         meta = builders.job_object_meta(job, name)
-        manifest = job_configmap.build(meta, job.nodes, hosts, attempt)
+        manifest = job_configmap.build(meta, job.nodes, hosts, attempt, resume)
         found = await _give(kube, job, manifest, attempt) and found
     if common:
         name = worker_env.name(job)

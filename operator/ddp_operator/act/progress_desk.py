@@ -9,6 +9,9 @@ is the pod the API server bound the report's token to (``progress_server``), so 
 job or namespace, or one already deleted, is refused; so is a pod of an earlier attempt (an old
 process still running while its pod restarts, or a pod of a group being replaced) and a report
 that declares another attempt than the job's: a stale report would reset the stall clock.
+
+A report that says a new checkpoint (``checkpoints``) is written within CHECKPOINT_GAP seconds
+of the last write, with ``status.checkpoint``, rather than the interval.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ..api import metrics
 from ..api.kube import Kube
 from ..api.progress_server import Sender
 from ..api.transport import JobGone
-from ..decide import progress_report
+from ..decide import checkpoints, progress_report
 from .registry import Runners
 from .runner import Key
 
@@ -46,6 +49,8 @@ class ProgressDesk:
         self._later: dict[Key, asyncio.Task[None]] = {}
         self._sent: dict[Key, dict[str, Any]] = {}  # what each job's status holds
         self._early: dict[Key, int] = {}  # the attempt whose complete report went at once
+        self._marks: dict[Key, dict[str, Any]] = {}  # a checkpoint not written yet
+        self._marked: dict[Key, dict[str, Any]] = {}  # the checkpoint the status holds
 
     def refusal(self, key: Key, sender: Sender) -> str:
         """Why the sender may not report for the job ('' if it may)."""
@@ -76,12 +81,13 @@ class ProgressDesk:
         if refused:
             metrics.PROGRESS_REPORTS.labels("refused").inc()
             return 403, refused
+        attempt, now = self._attempt(key), datetime.now(UTC)
         try:
-            progress = progress_report.normalize(payload, datetime.now(UTC))
+            progress = progress_report.normalize(payload, now)
+            mark = checkpoints.of_report(payload, attempt, now)
         except progress_report.BadReport as exc:
             metrics.PROGRESS_REPORTS.labels("invalid").inc()
             return 400, f"bad report: {exc}"
-        attempt = self._attempt(key)
         if progress.get("attempt", attempt) != attempt:
             metrics.PROGRESS_REPORTS.labels("refused").inc()
             return 409, f"a report of attempt {progress['attempt']}: the job is at {attempt}"
@@ -93,6 +99,10 @@ class ProgressDesk:
         wait = progress_report.write_in(
             since, WRITE_EVERY, progress, self._early.get(key) == attempt
         )
+        if checkpoints.moved(self._checkpoint(key), mark) and mark is not None:
+            self._marks[key] = mark
+        if key in self._marks:
+            wait = min(wait, max(0.0, checkpoints.CHECKPOINT_GAP - since))
         if wait > 0:
             if key not in self._later:
                 self._later[key] = asyncio.create_task(self._write_later(key, wait))
@@ -114,6 +124,12 @@ class ProgressDesk:
         runner = self.runners.job(key)
         status = (runner.body.get("status") or {}) if runner is not None else {}
         return self._latest.get(key) or self._sent.get(key) or status.get("progress")
+
+    def _checkpoint(self, key: Key) -> Mapping[str, Any] | None:
+        """The job's checkpoint: held back, written, or in its status."""
+        runner = self.runners.job(key)
+        status = (runner.body.get("status") or {}) if runner is not None else {}
+        return self._marks.get(key) or self._marked.get(key) or status.get("checkpoint")
 
     def _attempt(self, key: Key) -> int:
         """The job's attempt as its loop knows it (-1: no loop)."""
@@ -139,9 +155,14 @@ class ProgressDesk:
         self._written[key] = time.monotonic()
         old = self._sent.get(key) or (runner.body.get("status") or {}).get("progress")
         patch = {"progress": progress_report.merge_patch(old, progress)}
+        mark = self._marks.pop(key, None)
+        if mark is not None:
+            patch["checkpoint"] = checkpoints.merge_patch(mark)
         with contextlib.suppress(JobGone):
             version = await self.kube.patch_status(*key, patch, verb="patch_progress")
             self._sent[key] = progress
+            if mark is not None:
+                self._marked[key] = mark
             runner.version = version or runner.version  # its next write need not conflict
 
     def forget(self, key: Key) -> None:
@@ -150,6 +171,8 @@ class ProgressDesk:
         self._written.pop(key, None)
         self._sent.pop(key, None)
         self._early.pop(key, None)
+        self._marks.pop(key, None)
+        self._marked.pop(key, None)
         task = self._later.pop(key, None)
         if task is not None:
             task.cancel()

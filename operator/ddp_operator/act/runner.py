@@ -22,7 +22,7 @@ import kopf
 from ..api import metrics
 from ..api.kube import Kube
 from ..api.transport import JobGone, StatusConflict
-from ..decide import kueue_workload, pacing, progress_report, reconcile
+from ..decide import checkpoints, kueue_workload, pacing, progress_report, reconcile
 from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
@@ -55,6 +55,12 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def _progress(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return (body.get("status") or {}).get("progress")
+
+
+def _with_checkpoint(status: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
+    """The status the loop remembers, with the job's checkpoint as observed (the progress
+    desk writes it, not the loop: ``checkpoints``)."""
+    return {**status, "checkpoint": (body.get("status") or {}).get("checkpoint")}
 
 
 class JobRunner:
@@ -248,7 +254,7 @@ class JobRunner:
             deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
             plan = reconcile.plan(
                 job,
-                self.status,
+                _with_checkpoint(self.status, body),
                 pods,
                 now,
                 generation,
@@ -309,11 +315,14 @@ class JobRunner:
         # attempt in the job's ConfigMap first (``inplace_pod``: where DDP_ATTEMPT comes from).
         legacy = job_configmap.legacy_in_use(job.name, plan.own)
         common = worker_env.read_by(job, plan.own)
-        if plan.tell and not await claims.give_env(self.kube, job, plan.attempt, legacy, common):
+        resume = checkpoints.resume_data((self.body.get("status") or {}).get("checkpoint"))
+        if plan.tell and not await claims.give_env(
+            self.kube, job, plan.attempt, legacy, common, resume
+        ):
             self.wake.set()  # gone meanwhile: the next pass creates it, then tells
             plan.tell = []
         await all_steps(self._marks(job, plan))
-        created = bool(plan.create) and await self.create(job, plan, legacy)
+        created = bool(plan.create) and await self.create(job, plan, legacy, resume)
         if not record_first:
             await self.record(plan, created)
         if self.legacy_env and not legacy:  # its last reader is gone
@@ -346,10 +355,17 @@ class JobRunner:
                 self.kube.annotate_pod(job.namespace, p.name, p.uid, inplace_pod.FINISHED),
             )
 
-    async def create(self, job: Any, plan: reconcile.Plan, legacy: bool = False) -> bool:
+    async def create(
+        self,
+        job: Any,
+        plan: reconcile.Plan,
+        legacy: bool = False,
+        resume: dict[str, str] | None = None,
+    ) -> bool:
         """Create the plan's workers (and the Service they need; ``legacy``: a pod of the job
-        reads the legacy ConfigMap), never reusing what is not the job's (``claims``: a
-        template the API server refuses fails the job before any pod exists). A pod created
+        reads the legacy ConfigMap; ``resume``: where they resume), never reusing what is not
+        the job's (``claims``: a template the API server refuses fails the job before any pod
+        exists). A pod created
         lately is not asked for again before the watch shows it (a 409 and a read for 7% of
         512 workers)."""
         now = time.monotonic()
@@ -361,14 +377,14 @@ class JobRunner:
             return False
 
         def build(index: int) -> dict[str, Any]:
-            pod = builders.build_worker_pod(job, index, plan.attempt, plan.in_place)
+            pod = builders.build_worker_pod(job, index, plan.attempt, plan.in_place, resume)
             return progress_pod.add_reporting(pod, self.progress_url) if self.progress_url else pod
 
         fresh = len(wanted) == job.nodes
         try:
             policy = netpol.isolated(job, self.isolation)
             created, found = await claims.create_group(
-                self.kube, job, build, wanted, fresh, policy, legacy
+                self.kube, job, build, wanted, fresh, policy, legacy, resume
             )
         except InPlaceRefused as exc:  # the next pass says so on the job and builds them anew
             self.refused = str(exc)

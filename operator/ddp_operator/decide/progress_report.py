@@ -188,12 +188,15 @@ def summary(progress: Mapping[str, Any] | None, phase: str | None, now: datetime
     return "  ".join(parts)
 
 
+_REPORTED = ("progress", "checkpoint")  # what reports write (``progress_desk``)
+
+
 def same_but_progress(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Two versions of a job that differ in status.progress at most (a report: nothing for the
-    job's loop to do)."""
+    """Two versions of a job that differ in status.progress and status.checkpoint at most (a
+    report: nothing for the job's loop to do; a restart reads the checkpoint when it comes)."""
 
     def rest(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-        status = {k: v for k, v in (body.get("status") or {}).items() if k != "progress"}
+        status = {k: v for k, v in (body.get("status") or {}).items() if k not in _REPORTED}
         meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}
         return meta, body.get("spec"), status
 

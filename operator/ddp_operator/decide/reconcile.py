@@ -21,6 +21,7 @@ from . import (
     failure_facts,
     failure_logs,
     failure_policy,
+    goodput,
     hangs,
     inplace,
     inplace_fallback,
@@ -212,9 +213,12 @@ def plan(
         facts += failure_facts.stuck(stuck)
         verdict = failure_policy.decide(job, facts, failure_policy.Counts.of(new), alone)
         result.read_log = verdict.first.ask(attempt)  # the runner reads it, then plans again
+        ended = goodput.account(status, progress, attempt, verdict)  # what the attempt cost
+        verdict = goodput.bound(job, verdict, ended)
         response = recovery.respond(
             job, verdict, conds, new, attempt, current, pods, failed, replacing, stuck, in_place
         )
+        goodput.record(new, ended)
         if response.fails:
             return stop(False, verdict.reason, verdict.message)
         if response.restarts:

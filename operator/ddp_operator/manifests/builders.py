@@ -156,10 +156,15 @@ def join_queue(
 
 
 def build_worker_pod(
-    job: JobSpec, index: int, attempt: int = 0, in_place: bool = False
+    job: JobSpec,
+    index: int,
+    attempt: int = 0,
+    in_place: bool = False,
+    resume: dict[str, str] | None = None,
 ) -> Manifest:
     """Pod ``<job>-worker-<index>`` of the given restart attempt; ``in_place``: one the kubelet
-    can restart where it stands (``inplace_pod``)."""
+    can restart where it stands (``inplace_pod``); ``resume``: where it resumes
+    (``checkpoints.resume_data``)."""
     template = copy.deepcopy(dict(job.template))
     meta = template.get("metadata") or {}
     pod_spec: dict[str, Any] = template.get("spec") or {}
@@ -182,7 +187,7 @@ def build_worker_pod(
 
     at = trainer_index(pod_spec)
     trainer = pod_spec["containers"][at]
-    worker_env.give(trainer, job, index, attempt)
+    worker_env.give(trainer, job, index, attempt, in_place, resume)
     ports = trainer.setdefault("ports", [])
     if not any(p.get("containerPort") == job.master_port for p in ports):
         ports.append({"name": "rendezvous", "containerPort": job.master_port})

@@ -9,6 +9,10 @@ resolved by the kubelet each time a container starts) rather than carry in their
   size since and the pod restarts in place.
 * ``DDP_ATTEMPT``: the attempt the group runs; in-place pods take it from here (``inplace_pod``),
   as their attempt moves on without a new pod. Recreate's pods carry their attempt.
+* ``DDP_RESUME_STEP``, ``DDP_RESUME_PATH``: the job's last checkpoint when the group was last
+  created or told its attempt (``decide/checkpoints``), absent before the first; every worker
+  reads them (``optional``) as its trainer starts, written with ``DDP_ATTEMPT`` in one update
+  (the in-place watch waits for that update: ``inplace_pod``).
 
 The ConfigMap is the job's (its controller), created before the first pod that reads it; one of
 its name that another owns is a NameConflict, never adopted (``claims.give_env``). The suffix
@@ -79,18 +83,30 @@ def attempt_env(configmap: str) -> Manifest:
     return key_env(c.ENV_ATTEMPT, configmap, c.ENV_ATTEMPT)
 
 
-def data(nodes: int, hosts: str, attempt: int) -> dict[str, str]:
-    """What the ConfigMap holds for a group of ``nodes`` (``hosts``: their names) at ``attempt``."""
-    return {c.ENV_ATTEMPT: str(attempt), hosts_key(nodes): hosts}
+def resume_env(configmap: str) -> list[Manifest]:
+    """``DDP_RESUME_STEP`` and ``DDP_RESUME_PATH`` of a worker: unset until the job has a
+    checkpoint (the keys are optional)."""
+    refs = [{"name": configmap, "key": n, "optional": True} for n in c.RESUME_ENV]
+    return [{"name": r["key"], "valueFrom": {"configMapKeyRef": r}} for r in refs]
 
 
-def build(meta: Manifest, nodes: int, hosts: str, attempt: int) -> Manifest:
+def data(
+    nodes: int, hosts: str, attempt: int, resume: dict[str, str] | None = None
+) -> dict[str, str]:
+    """What the ConfigMap holds for a group of ``nodes`` (``hosts``: their names) at ``attempt``,
+    ``resume`` being where it resumes (``checkpoints.resume_data``)."""
+    return {c.ENV_ATTEMPT: str(attempt), hosts_key(nodes): hosts, **(resume or {})}
+
+
+def build(
+    meta: Manifest, nodes: int, hosts: str, attempt: int, resume: dict[str, str] | None = None
+) -> Manifest:
     """The ConfigMap (``meta``: the job's owned-object metadata, with its name)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta,
-        "data": data(nodes, hosts, attempt),
+        "data": data(nodes, hosts, attempt, resume),
     }
 
 

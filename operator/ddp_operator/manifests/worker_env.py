@@ -148,12 +148,22 @@ def build(meta: Manifest, job: JobSpec) -> Manifest:
     }
 
 
-def give(trainer: Manifest, job: JobSpec, index: int, attempt: int) -> None:
+def give(
+    trainer: Manifest,
+    job: JobSpec,
+    index: int,
+    attempt: int,
+    in_place: bool = False,
+    resume: Mapping[str, str] | None = None,
+) -> None:
     """Give the trainer container of worker ``index`` its env: its own values and our defaults
     first (so that the template's entries may refer to them as ``$(VAR)``; a default the
     template names is left out), the template's after, and the job's common values as its last
     ``envFrom``. A template entry named like one of the contract's (refused by the CRD; a
-    manifest that bypassed it) is dropped, so the contract's value wins."""
+    manifest that bypassed it) is dropped, so the contract's value wins. Where to resume
+    (``DDP_RESUME_*``) is a default too: a pod restarted in place reads it from the job's
+    ConfigMap at each start (its attempt moves on without a new pod); any other carries
+    ``resume``, the job's checkpoint when it was created (none before the first)."""
     values = contract(job, index, attempt)
     own: list[Manifest] = [{"name": k, "value": v} for k, v in values if not shared(job, k)]
     own.append(job_configmap.hosts_env(job_configmap.name(job.name), job.nodes))
@@ -162,6 +172,11 @@ def give(trainer: Manifest, job: JobSpec, index: int, attempt: int) -> None:
     named = {e.get("name") for e in user}
     settable = [*defaults(job), *watchdogs.env(job)]
     own += [{"name": k, "value": v} for k, v in settable if k not in named]
+    if in_place:
+        refs = job_configmap.resume_env(job_configmap.name(job.name))
+        own += [e for e in refs if e["name"] not in named]
+    else:
+        own += [{"name": k, "value": v} for k, v in (resume or {}).items() if k not in named]
     trainer["env"] = [*own, *user]
     ours = {"configMapRef": {"name": name(job)}}
     trainer["envFrom"] = [*(trainer.get("envFrom") or []), ours]
@@ -211,6 +226,8 @@ def resolve(
             continue
         ref = entry["valueFrom"].get("configMapKeyRef") or {}
         value = configmaps.get(ref.get("name", ""), {}).get(ref.get("key", ""))
+        if value is None and ref.get("optional") and ref.get("name") in configmaps:
+            continue  # an optional key not there: the kubelet leaves the variable unset
         if value is None:
             missing.append(f"env {entry['name']} (valueFrom)")
         else:

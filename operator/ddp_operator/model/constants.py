@@ -51,6 +51,11 @@ ENV_BACKEND = "DDP_BACKEND"
 ENV_JOB_NAME = "DDP_JOB_NAME"
 ENV_ATTEMPT = "DDP_ATTEMPT"
 ENV_HOSTS = "VC_WORKER_HOSTS"  # from the job's ConfigMap (``job_configmap``)
+# Where to resume: the job's last checkpoint when the container starts (``decide/checkpoints``),
+# from the job's ConfigMap. Not reserved: a template's own entry (a resume forced by hand) wins.
+ENV_RESUME_STEP = "DDP_RESUME_STEP"
+ENV_RESUME_PATH = "DDP_RESUME_PATH"
+RESUME_ENV = (ENV_RESUME_STEP, ENV_RESUME_PATH)
 RESERVED_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",

@@ -1,6 +1,7 @@
 """``spec.failurePolicy`` resolved: the rules that map a worker's failure to what the job does
 (``decide/failure_policy`` applies them), and the limits of the restarts and replacements that
-``backoffLimit`` does not count. Pure.
+``backoffLimit`` does not count, and of the restarts in a row that made no progress
+(``decide/goodput``). Pure.
 
 ``onMessagePattern`` is compiled with RE2 (``google-re2``), the dialect the API server checks it
 in: matching takes time linear in the text, so no tenant's pattern can stall the operator (Python's
@@ -24,6 +25,7 @@ OPERATORS = ("In", "NotIn")
 
 DEFAULT_MAX_UNCOUNTED_RESTARTS = 10
 DEFAULT_MAX_REPLACEMENTS = 10
+DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS = 3  # as NVIDIA's fault-tolerance launcher (decide/goodput)
 
 
 _RE2 = re2.Options()
@@ -63,6 +65,7 @@ class FailurePolicy:
     rules: tuple[Rule, ...] = ()
     max_uncounted_restarts: int = DEFAULT_MAX_UNCOUNTED_RESTARTS
     max_replacements: int = DEFAULT_MAX_REPLACEMENTS
+    max_restarts_without_progress: int = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS
 
 
 def _count(raw: Mapping[str, Any], key: str, path: str, default: int, errors: list[str]) -> int:
@@ -134,5 +137,12 @@ def resolve(raw: Mapping[str, Any] | None, errors: list[str]) -> FailurePolicy:
         ),
         max_replacements=_count(
             raw, "maxReplacements", f"{at}.maxReplacements", DEFAULT_MAX_REPLACEMENTS, errors
+        ),
+        max_restarts_without_progress=_count(
+            raw,
+            "maxRestartsWithoutProgress",
+            f"{at}.maxRestartsWithoutProgress",
+            DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
+            errors,
         ),
     )
