@@ -15,6 +15,7 @@ from ddp_operator.model.jobspec import resolve
 from jobs import ddpjob
 
 T0 = "2026-01-01T00:00:00Z"
+NONE = Counts()
 
 
 def job(**policy: Any):
@@ -26,7 +27,7 @@ def crash(disruption: bool = False) -> WorkerFailure:
     return WorkerFailure(1, "j-worker-1", reason, exit_code=3, time=T0, disruption=disruption)
 
 
-def verdict(j, counts: Counts = Counts(), disruption: bool = False):
+def verdict(j, counts: Counts = NONE, disruption: bool = False):
     return failure_policy.decide(j, [crash(disruption)], counts, alone="not elastic")
 
 

@@ -432,3 +432,40 @@ def test_an_elastic_job_shows_its_live_world_and_replacements() -> None:
         0
     ]
     assert line.endswith("restarts=0  age=5m  world=4  replacements=1")
+
+
+def test_render_status_shows_the_checkpoint_and_what_failures_cost() -> None:
+    body = ddpjob("g", "ns", nodes=1)
+    now = datetime(2026, 11, 27, 12, 0, 30, tzinfo=UTC)
+    body["status"] = {
+        "checkpoint": {
+            "step": 10,
+            "path": "/ckpt/10",
+            "attempt": 0,
+            "time": "2026-11-27T12:00:00Z",
+        },
+        "goodput": {
+            "failures": 3,
+            "stepsLost": 21,
+            "restartsWithoutProgress": 2,
+            "diedAt": [17, 17],
+        },
+        "firstFailure": {
+            "worker": 0,
+            "exitCode": 3,
+            "action": "RestartGroup",
+            "rule": "default",
+            "attempt": 2,
+            "lastStep": 17,
+            "resumeStep": 10,
+            "stepsLost": 7,
+        },
+    }
+    lines = jobview.render_status(body, [], now=now).splitlines()
+    assert lines[1:4] == [
+        "  checkpoint: step 10 at /ckpt/10 (30s ago, attempt 0): restarts resume there",
+        "  goodput: 3 failures cost 21 steps; 2 restarts in a row without progress (ended at "
+        "steps 17, 17)",
+        "  first failure (attempt 2): worker 0: exit code 3; RestartGroup (default); at step 17, "
+        "7 steps lost",
+    ]

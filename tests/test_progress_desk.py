@@ -38,6 +38,7 @@ class Loop:
         self.body: dict[str, Any] = {"metadata": {"uid": "job-uid"}, "status": {}}
         self.status: dict[str, Any] = {"restarts": 0}
         self.version: str | None = "0"
+        self.reported: dict[str, Any] | None = None
 
 
 class Jobs:
@@ -124,11 +125,22 @@ def test_a_new_checkpoint_is_written_within_a_second_and_a_repeated_one_not_agai
         await asyncio.sleep(progress_desk.checkpoints.CHECKPOINT_GAP + 0.3)
         assert len(writes.patches) == 2
         written = writes.patches[1]["checkpoint"]
-        assert written | {"time": "t"} == {"step": 10, "path": "/ckpt/10", "attempt": 0, "time": "t"}
+        assert written | {"time": "t"} == {
+            "step": 10,
+            "path": "/ckpt/10",
+            "attempt": 0,
+            "time": "t",
+        }
         for step in (11, 12):
             await desk.accept(*KEY, SENDER, {"step": step, "attempt": 0, "checkpoint": mark})
         await asyncio.sleep(progress_desk.checkpoints.CHECKPOINT_GAP + 0.3)
         assert len(writes.patches) == 2  # the same checkpoint: the interval as any report
+        assert jobs.loop.reported is not None and jobs.loop.reported["step"] == 12  # unwritten
+        assert (
+            progress_desk.progress_report.latest(writes.patches[-1]["progress"], jobs.loop.reported)
+            == jobs.loop.reported
+        )
+        assert progress_desk.progress_report.latest(None, None) is None
         bad = {"step": 12, "checkpoint": {"step": "ten"}}
         answer = await desk.accept(*KEY, SENDER, bad)
         assert answer[0] == 400 and "checkpoint.step must be an integer" in answer[1]

@@ -285,15 +285,28 @@ def test_the_sdk_submits_waits_suspends_resumes_reads_logs_and_progress_and_dele
         wait_for(lambda: client.get(name) and None, timeout=30, what="the job gone")
 
 
-def test_a_group_restart_reports_anew_from_the_next_attempt(
+def checkpointing(job: dict[str, Any], every: int, *more: str) -> dict[str, Any]:
+    """``job`` saving a checkpoint every ``every`` steps into an emptyDir (a pod restarted in
+    place keeps it) and saying so; ``more``: the script's further arguments."""
+    spec = job["spec"]["template"]["spec"]
+    trainer = spec["containers"][0]
+    trainer["args"] += ["--checkpoint-every", str(every), "--checkpoint-dir", "/ckpt", *more]
+    trainer["volumeMounts"] = [{"name": "ckpt", "mountPath": "/ckpt"}]
+    spec["volumes"] = [{"name": "ckpt", "emptyDir": {}}]
+    return job
+
+
+def test_a_group_restart_resumes_from_the_job_s_checkpoint_and_reports_anew(
     cluster: Cluster, reporting: Reporting, images: dict[str, str]
 ) -> None:
-    """Rank 0 fails at step 30 of attempt 0: the group restarts and the next attempt's process
-    reports from its own first step (its own rate, its own ETA) to the end."""
+    """Rank 0 saves every 10 steps and fails at step 35 of attempt 0: the job shows checkpoint
+    30, the failure's cost (from the last step it reported to 30), and the restarted group is
+    told to resume at 30 (``DDP_RESUME_*``): the script loads it, and its next attempt reports
+    from step 31 (its own rate, its own ETA) to the end."""
     ns, name = reporting.ns, "restarted"
     job = progress_job(name, ns, images["trainer"], 60, 0.1, procs=1)
     job["spec"]["backoffLimit"] = 1
-    job["spec"]["template"]["spec"]["containers"][0]["args"] += ["--fail-at-step", "30"]
+    checkpointing(job, 10, "--fail-at-step", "35")
     jobs.apply(cluster, job)
     seen: list[tuple[int, int]] = []
 
@@ -307,9 +320,50 @@ def test_a_group_restart_reports_anew_from_the_next_attempt(
     wait_for(finished, timeout=300, interval=0.3, what="the job to succeed at step 60")
     attempts = [a for a, _ in seen]
     assert attempts == sorted(attempts) and attempts[0] == 0 and attempts[-1] == 1, seen
-    assert max(s for a, s in seen if a == 0) <= 30, seen  # attempt 0 got no further
+    assert max(s for a, s in seen if a == 0) <= 35, seen  # attempt 0 got no further
+    assert min(s for a, s in seen if a == 1) > 30, seen  # attempt 1 went on from 30
     assert seen[-1] == (1, 60), seen
-    assert (jobs.get(cluster, ns, name) or {})["status"]["restarts"] == 1
+    status = (jobs.get(cluster, ns, name) or {})["status"]
+    assert status["restarts"] == 1
+    mark = status["checkpoint"]
+    assert (mark["step"], mark["path"], mark["attempt"]) == (60, "/ckpt/step-60.pt", 1), mark
+    first = status["firstFailure"]
+    assert first["resumeStep"] == 30 and 30 <= first["lastStep"] <= 35, first
+    assert first["stepsLost"] == first["lastStep"] - 30, first
+    ledger = status["goodput"]
+    assert ledger["failures"] == 1 and ledger["stepsLost"] == first["stepsLost"], ledger
+    assert ledger["restartsWithoutProgress"] == 0, ledger
+    log = worker_log(cluster, ns, f"{name}-worker-0")
+    assert "RESUMED from step 30 (/ckpt/step-30.pt)" in log, log
+    shown = kubectl_ddp(cluster, "status", name, "-n", ns)
+    assert "checkpoint: step 60 at /ckpt/step-60.pt" in shown, shown
+    assert f"goodput: 1 failures cost {ledger['stepsLost']} steps" in shown, shown
+
+
+def test_a_job_failing_at_the_same_step_after_every_restart_stops_with_no_progress(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Rank 0 saves at step 3 and fails at step 5 in every attempt (a bad shard at step 5):
+    attempt 0 advanced; attempts 1 and 2 resume at 3 and end at 5 again. With
+    maxRestartsWithoutProgress 1 the job fails, reason NoProgress, naming where they ended,
+    long before its backoffLimit of 10."""
+    ns, name = reporting.ns, "stuck-at-5"
+    job = progress_job(name, ns, images["trainer"], 20, 0.2, procs=1)
+    job["spec"].update(nodes=1, backoffLimit=10, failurePolicy={"maxRestartsWithoutProgress": 1})
+    checkpointing(job, 3, "--fail-at-step", "5", "--fail-attempts", "99")
+    jobs.apply(cluster, job)
+    failed = jobs.wait_phase(cluster, ns, name, "Failed", timeout=300)
+    status = failed["status"]
+    cond = jobs.condition(failed, "Failed")
+    assert cond["reason"] == "NoProgress", cond
+    assert cond["message"].endswith(
+        "2 restarts in a row made no progress past step 5 or checkpoint 3; they ended at "
+        "steps 5, 5 (maxRestartsWithoutProgress 1)"
+    ), cond
+    assert status["restarts"] == 2 and status["countedRestarts"] == 2, status
+    assert status["goodput"]["diedAt"] == [5, 5], status["goodput"]
+    assert status["checkpoint"]["step"] == 3 and status["checkpoint"]["attempt"] == 0, status
+    assert "RESUMED from step 3" in worker_log(cluster, ns, f"{name}-worker-0")
 
 
 HANGS_ON_ATTEMPT_0 = """

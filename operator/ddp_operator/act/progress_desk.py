@@ -95,6 +95,8 @@ class ProgressDesk:
         metrics.job_progress(namespace, name, progress, time.time())
         progress = progress_report.carry(self._before(key), progress)
         self._latest[key] = progress
+        if (runner := self.runners.job(key)) is not None:  # a failure now reads it at once
+            runner.reported = progress
         since = time.monotonic() - self._written.get(key, -math.inf)
         wait = progress_report.write_in(
             since, WRITE_EVERY, progress, self._early.get(key) == attempt

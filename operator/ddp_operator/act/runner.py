@@ -90,6 +90,7 @@ class JobRunner:
         self.writer = StatusWriter(kube, key, self.memory, version)
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
+        self.reported: dict[str, Any] | None = None  # its latest report, maybe not written yet
         self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
         self.legacy_env = False  # a pod of the job read the legacy ConfigMap (``job_configmap``)
         self.logs = failure_logs.FailureLogs(kube)  # its failures' logs read, once per attempt
@@ -264,7 +265,7 @@ class JobRunner:
                 told,
                 self.refused,
                 self.memory.last,
-                _progress(body),
+                progress_report.latest(_progress(body), self.reported),
                 admission,
                 self.logs.known(job),
             )

@@ -68,11 +68,33 @@ def _first_failure(status: Mapping[str, Any]) -> list[str]:
     head += f"; {first['collateral']} more failed after it" if first.get("collateral") else ""
     head += f"; {first.get('action')} ({first.get('rule')})"
     head += "; read from its log" if first.get("source") == "Log" else ""
+    if "stepsLost" in first:
+        head += f"; at step {first['lastStep']}, {first['stepsLost']} steps lost"
     tail = [f"    | {line}" for line in (first.get("message") or "").splitlines()[-10:]]
     unread = (
         [f"    (its log could not be read: {first['logError']})"] if "logError" in first else []
     )
     return [head, *tail, *unread]
+
+
+def _goodput(status: Mapping[str, Any], now: datetime) -> list[str]:
+    """The job's last checkpoint and what its failures cost, where it has either."""
+    lines = []
+    if mark := status.get("checkpoint"):
+        where = f" at {mark['path']}" if mark.get("path") else ""
+        when = age(mark.get("time"), now)
+        lines.append(
+            f"  checkpoint: step {mark.get('step')}{where} ({when} ago, attempt "
+            f"{mark.get('attempt', 0)}): restarts resume there"
+        )
+    if ledger := status.get("goodput"):
+        line = f"  goodput: {ledger.get('failures', 0)} failures cost {ledger.get('stepsLost', 0)}"
+        line += " steps"
+        if run := ledger.get("restartsWithoutProgress"):
+            steps = ", ".join(map(str, ledger.get("diedAt") or []))
+            line += f"; {run} restarts in a row without progress (ended at steps {steps})"
+        lines.append(line)
+    return lines
 
 
 FAKE = " (fake)"
@@ -111,6 +133,7 @@ def render_status(
     if status.get("progress"):
         phase = status.get("phase")
         lines.append(f"  progress: {summary(status['progress'], phase, now)}")
+    lines += _goodput(status, now)
     for cond in status.get("conditions") or []:
         if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")

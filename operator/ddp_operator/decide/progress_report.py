@@ -124,6 +124,17 @@ def carry(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, An
     return out
 
 
+def latest(
+    written: Mapping[str, Any] | None, taken: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """The newer of the job's written report and the one last taken (which a write holds back
+    up to its interval: an attempt ending now is judged by its last report, ``goodput``)."""
+    if not taken or not written:
+        return taken or written
+    new, old = parse_time(taken.get("updated")), parse_time(written.get("updated"))
+    return taken if new is not None and (old is None or new >= old) else written
+
+
 def first_of_attempt(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
     """Whether ``new`` is the first report of its attempt (after ``old``)."""
     return bool(new) and (not old or old.get("attempt") != new.get("attempt"))
