@@ -4,6 +4,7 @@ the attempt's last report and a verdict in; the account and maybe another verdic
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ddp_operator.decide import failure_policy, goodput
@@ -15,6 +16,7 @@ from ddp_operator.model.jobspec import resolve
 from jobs import ddpjob
 
 T0 = "2026-01-01T00:00:00Z"
+NOW = datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC)  # the failure is decided 4 s after T0
 NONE = Counts()
 
 
@@ -41,7 +43,7 @@ def run(j, attempts: list[tuple[int | None, dict | None]]) -> tuple[dict, Any]:
             status["checkpoint"] = {**mark, "attempt": mark.get("attempt", attempt)}
         report = {"step": step, "attempt": attempt} if step is not None else None
         v = verdict(j, failure_policy.Counts.of(status))
-        ended = goodput.account(status, report, attempt, v)
+        ended = goodput.account(status, report, attempt, v, NOW)
         v = goodput.bound(j, v, ended)
         new = {**status}
         failure_policy.record(new, v, attempt, in_place=False)
@@ -116,26 +118,32 @@ def test_a_disruption_neither_counts_nor_ends_the_run() -> None:
     }
     evicted = verdict(j, disruption=True)
     assert evicted.action == fp.RESTART_GROUP_NOT_COUNTED
-    ended = goodput.account(status, {"step": 12, "attempt": 2}, 2, evicted)
+    ended = goodput.account(status, {"step": 12, "attempt": 2}, 2, evicted, NOW)
     assert ended is not None and goodput.bound(j, evicted, ended) == evicted
     assert ended.goodput["restartsWithoutProgress"] == 1
-    assert ended.costs == {"lastStep": 12, "resumeStep": 10, "stepsLost": 2}
+    assert ended.costs == {
+        "lastStep": 12,
+        "resumeStep": 10,
+        "stepsLost": 2,
+        "detectedAt": "2026-01-01T00:00:04Z",
+        "detectedSeconds": 4.0,
+    }
 
 
 def test_a_job_that_never_reports_is_not_judged_and_an_attempt_is_accounted_once() -> None:
     j = job(maxRestartsWithoutProgress=0)
     v = verdict(j)
-    assert goodput.account({}, None, 3, v) is None
+    assert goodput.account({}, None, 3, v, NOW) is None
     assert goodput.bound(j, v, None) == v
     done = {"goodput": {"attempt": 3, "failures": 4}}
-    assert goodput.account(done, {"step": 5, "attempt": 3}, 3, v) is None
+    assert goodput.account(done, {"step": 5, "attempt": 3}, 3, v, NOW) is None
 
 
 def test_a_worker_replaced_alone_ends_no_attempt() -> None:
     elastic = resolve(ddpjob("j", "ns", nodes=3, minNodes=2, maxNodes=4))
     v = failure_policy.decide(elastic, [crash()], Counts(), alone=None)
     assert v.action == fp.REPLACE_WORKER
-    assert goodput.account({}, {"step": 5, "attempt": 0}, 0, v) is None
+    assert goodput.account({}, {"step": 5, "attempt": 0}, 0, v, NOW) is None
 
 
 def test_the_bound_is_resolved_with_its_default_and_checked() -> None:
@@ -145,3 +153,41 @@ def test_the_bound_is_resolved_with_its_default_and_checked() -> None:
     assert errors == [
         "spec.failurePolicy.maxRestartsWithoutProgress must be an integer of at least 0, not -1"
     ]
+
+
+def at(seconds: float) -> str:
+    return (NOW + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_the_time_a_failure_cost_is_measured_from_it_to_the_next_attempt_s_first_report() -> None:
+    """Failed at T0, decided 4 s later; the group runs again 10 s after the failure and reports
+    its first step 13 s after it; 7 lost steps at 0.5 s a step are 3.5 s more."""
+    progress = {"step": 17, "attempt": 0, "stepSeconds": 0.5, "advanced": T0}
+    status: dict[str, Any] = {"checkpoint": {"step": 10, "attempt": 0}, "startTime": at(-96)}
+    v = verdict(job())
+    ended = goodput.account(status, progress, 0, v, NOW)
+    assert ended is not None
+    assert ended.costs["detectedSeconds"] == 4.0 and ended.costs["recomputeSeconds"] == 3.5
+    new = {**status, "restarts": 1}
+    failure_policy.record(new, v, 0, in_place=True)
+    goodput.record(new, ended)
+    status = new
+    restarting = [{"type": "Running", "status": "False", "lastTransitionTime": at(0)}]
+    goodput.recovered(new := {**status}, status, restarting, progress, 1)
+    assert new == status  # nothing yet
+    running = [{"type": "Running", "status": "True", "lastTransitionTime": at(6)}]
+    goodput.recovered(new := {**status}, status, running, progress, 1)
+    assert new["firstFailure"]["runningAgainSeconds"] == 10.0
+    assert "firstStepSeconds" not in new["firstFailure"] and "lostSeconds" not in new["goodput"]
+    status = new
+    first = {"step": 11, "attempt": 1, "since": at(9)}
+    goodput.recovered(new := {**status}, status, running, first, 1)
+    assert new["firstFailure"]["firstStepSeconds"] == 13.0
+    assert new["goodput"]["lostSeconds"] == 16.5  # 13 s stopped, 3.5 s to do again
+    status = new
+    goodput.recovered(new := {**status}, status, running, {**first, "step": 30}, 1)
+    assert new == status  # once
+    assert goodput.ratio(status, NOW + timedelta(seconds=69)) == 0.9  # 16.5 of 165 s
+    goodput.settle(end := {"completionTime": at(69)}, status, NOW + timedelta(seconds=69))
+    assert end["goodput"]["ratio"] == 0.9 and end["goodput"]["lostSeconds"] == 16.5
+    assert goodput.ratio({"goodput": {}}, NOW) is None

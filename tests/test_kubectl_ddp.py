@@ -444,7 +444,9 @@ def test_render_status_shows_the_checkpoint_and_what_failures_cost() -> None:
             "attempt": 0,
             "time": "2026-11-27T12:00:00Z",
         },
+        "startTime": "2026-11-27T11:58:00Z",
         "goodput": {
+            "lostSeconds": 15.0,
             "failures": 3,
             "stepsLost": 21,
             "restartsWithoutProgress": 2,
@@ -459,13 +461,14 @@ def test_render_status_shows_the_checkpoint_and_what_failures_cost() -> None:
             "lastStep": 17,
             "resumeStep": 10,
             "stepsLost": 7,
+            "firstStepSeconds": 12.5,
         },
     }
     lines = jobview.render_status(body, [], now=now).splitlines()
     assert lines[1:4] == [
         "  checkpoint: step 10 at /ckpt/10 (30s ago, attempt 0): restarts resume there",
-        "  goodput: 3 failures cost 21 steps; 2 restarts in a row without progress (ended at "
-        "steps 17, 17)",
+        "  goodput: 3 failures cost 21 steps and 15.0s; effective training time 90.0%; 2 restarts "
+        "in a row without progress (ended at steps 17, 17)",
         "  first failure (attempt 2): worker 0: exit code 3; RestartGroup (default); at step 17, "
-        "7 steps lost",
+        "7 steps lost; training again 12.5s after it",
     ]

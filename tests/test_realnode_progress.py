@@ -333,11 +333,17 @@ def test_a_group_restart_resumes_from_the_job_s_checkpoint_and_reports_anew(
     ledger = status["goodput"]
     assert ledger["failures"] == 1 and ledger["stepsLost"] == first["stepsLost"], ledger
     assert ledger["restartsWithoutProgress"] == 0, ledger
+    # The time it cost, measured: to its detection, to the group running, to its first report.
+    seconds = [first[k] for k in ("detectedSeconds", "runningAgainSeconds", "firstStepSeconds")]
+    assert 0 <= seconds[0] <= seconds[1] <= seconds[2] < 60, first
+    assert ledger["lostSeconds"] >= seconds[2], ledger
+    assert 0 < ledger["ratio"] < 1, ledger
     log = worker_log(cluster, ns, f"{name}-worker-0")
     assert "RESUMED from step 30 (/ckpt/step-30.pt)" in log, log
     shown = kubectl_ddp(cluster, "status", name, "-n", ns)
     assert "checkpoint: step 60 at /ckpt/step-60.pt" in shown, shown
-    assert f"goodput: 1 failures cost {ledger['stepsLost']} steps" in shown, shown
+    assert f"goodput: 1 failures cost {ledger['stepsLost']} steps and" in shown, shown
+    assert f"effective training time {100 * ledger['ratio']:.1f}%" in shown, shown
 
 
 def test_a_job_failing_at_the_same_step_after_every_restart_stops_with_no_progress(

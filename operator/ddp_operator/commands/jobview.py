@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..decide import kubelet_events, presence
+from ..decide import goodput, kubelet_events, presence
 from ..decide.conditions import parse_time
 from ..decide.progress_report import summary
 from ..model import constants as c
@@ -70,6 +70,8 @@ def _first_failure(status: Mapping[str, Any]) -> list[str]:
     head += "; read from its log" if first.get("source") == "Log" else ""
     if "stepsLost" in first:
         head += f"; at step {first['lastStep']}, {first['stepsLost']} steps lost"
+    if "firstStepSeconds" in first:
+        head += f"; training again {first['firstStepSeconds']}s after it"
     tail = [f"    | {line}" for line in (first.get("message") or "").splitlines()[-10:]]
     unread = (
         [f"    (its log could not be read: {first['logError']})"] if "logError" in first else []
@@ -89,7 +91,9 @@ def _goodput(status: Mapping[str, Any], now: datetime) -> list[str]:
         )
     if ledger := status.get("goodput"):
         line = f"  goodput: {ledger.get('failures', 0)} failures cost {ledger.get('stepsLost', 0)}"
-        line += " steps"
+        line += f" steps and {ledger.get('lostSeconds', 0)}s"
+        if (share := ledger.get("ratio", goodput.ratio(status, now))) is not None:
+            line += f"; effective training time {100 * share:.1f}%"
         if run := ledger.get("restartsWithoutProgress"):
             steps = ", ".join(map(str, ledger.get("diedAt") or []))
             line += f"; {run} restarts in a row without progress (ended at steps {steps})"

@@ -12,6 +12,13 @@ An attempt that ends (a group restart, or the job's end) is accounted once, from
   said a checkpoint beyond the job's best (``highestCheckpoint``). One that never reported, in a
   job that reported before, did not (it died loading, or before its first report). A job that
   has never reported is not judged: nothing is known of its steps;
+* the time it cost, on ``firstFailure``: ``detectedSeconds`` from the failure (the container's
+  end; a stall's last step) to its detection (``detectedAt``), ``recomputeSeconds``, the lost
+  steps at the attempt's seconds per step; once the next attempt shows them
+  (``recovered``), ``runningAgainSeconds`` and ``firstStepSeconds`` from the failure to the
+  group running again and to its first report. ``status.goodput.lostSeconds`` sums each
+  failure's ``firstStepSeconds`` and ``recomputeSeconds``; the job's effective training time
+  ratio is ``1 - lostSeconds / (seconds since startTime)`` (``ratio``), written when it ends;
 * ``restartsWithoutProgress``: the attempts in a row since the last that advanced that ended
   without advancing, and where each ended (``diedAt``, as last reported; the resume step for
   one that never reported). A disruption (eviction, preemption, a lost node) neither counts
@@ -25,12 +32,15 @@ Past ``maxRestartsWithoutProgress`` such attempts, a restart becomes the job's f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
+from ..model import constants as c
 from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
+from .conditions import condition, format_time, parse_time
 from .failure_policy import Verdict
 
 NO_PROGRESS = "NoProgress"
@@ -61,9 +71,10 @@ def account(
     progress: Mapping[str, Any] | None,
     attempt: int,
     verdict: Verdict,
+    now: datetime,
 ) -> Account | None:
-    """The account of ``attempt``, ended by ``verdict`` (None: it does not end the attempt, the
-    job has never reported, or the attempt was accounted already)."""
+    """The account of ``attempt``, ended by ``verdict`` now (None: it does not end the
+    attempt, the job has never reported, or the attempt was accounted already)."""
     before = dict(status.get("goodput") or {})
     checkpoint = status.get("checkpoint") or {}
     accounted = _int(before.get("attempt"))
@@ -94,11 +105,27 @@ def account(
         "restartsWithoutProgress": run,
         "diedAt": died,
     }
-    costs = {"lastStep": last, "resumeStep": resume, "stepsLost": lost}
+    failed = parse_time(verdict.first.time) or (
+        parse_time((progress or {}).get("advanced")) if reported else None
+    )
+    step_seconds = (progress or {}).get("stepSeconds") if reported else None
+    costs = {
+        "lastStep": last,
+        "resumeStep": resume,
+        "stepsLost": lost,
+        "detectedAt": format_time(now),
+        "detectedSeconds": _seconds(now - failed) if failed else None,
+        "recomputeSeconds": _seconds(lost * float(step_seconds)) if lost and step_seconds else None,
+    }
     return Account(
         {k: v for k, v in goodput.items() if v is not None},
         {k: v for k, v in costs.items() if v is not None},
     )
+
+
+def _seconds(value: timedelta | float) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    return round(max(0.0, seconds), 1)
 
 
 def bound(job: JobSpec, verdict: Verdict, ended: Account | None) -> Verdict:
@@ -131,3 +158,55 @@ def record(new: dict[str, Any], ended: Account | None) -> None:
     new["goodput"] = ended.goodput
     if new.get("firstFailure"):
         new["firstFailure"] = {**new["firstFailure"], **ended.costs}
+
+
+def recovered(
+    new: dict[str, Any],
+    status: Mapping[str, Any],
+    conditions: Sequence[Mapping[str, Any]],
+    progress: Mapping[str, Any] | None,
+    attempt: int,
+) -> None:
+    """Complete the last failure's account in the status being written (``new``) once the
+    attempt after it shows it: its group running (the ``Running`` condition since its
+    detection), its first report (``progress.since``); the latter adds the failure's time to
+    ``goodput.lostSeconds``, once."""
+    first = new.get("firstFailure") or {}
+    detected = parse_time(first.get("detectedAt"))
+    if detected is None or first.get("attempt") != attempt - 1 or "firstStepSeconds" in first:
+        return
+    failed = detected - timedelta(seconds=float(first.get("detectedSeconds") or 0))
+    out = dict(first)
+    running = condition(conditions, c.COND_RUNNING) or {}
+    since = parse_time(running.get("lastTransitionTime"))
+    if running.get("status") == "True" and since is not None and since >= detected:
+        out.setdefault("runningAgainSeconds", _seconds(since - failed))
+    began = parse_time((progress or {}).get("since"))
+    if progress and progress.get("attempt") == attempt and began is not None:
+        out["firstStepSeconds"] = _seconds(began - failed)
+        ledger = dict(new.get("goodput") or status.get("goodput") or {})
+        lost = float(ledger.get("lostSeconds") or 0) + out["firstStepSeconds"]
+        ledger["lostSeconds"] = round(lost + float(first.get("recomputeSeconds") or 0), 1)
+        new["goodput"] = ledger
+    if out != first:
+        new["firstFailure"] = out
+
+
+def ratio(status: Mapping[str, Any], now: datetime) -> float | None:
+    """The job's effective training time ratio: 1 - lost seconds / seconds since its start
+    (to its completion); None for a job with no account."""
+    ledger, start = status.get("goodput"), parse_time(status.get("startTime"))
+    end = parse_time(status.get("completionTime")) or now
+    if not ledger or start is None or end <= start:
+        return None
+    wall = (end - start).total_seconds()
+    return round(max(0.0, 1.0 - float(ledger.get("lostSeconds") or 0) / wall), 3)
+
+
+def settle(new: dict[str, Any], status: Mapping[str, Any], now: datetime) -> None:
+    """At the job's end: its ratio on its account (``ratio``), once."""
+    ledger = new.get("goodput") or status.get("goodput")
+    if ledger and "ratio" not in ledger:
+        value = ratio({**status, **new, "goodput": ledger}, now)
+        if value is not None:
+            new["goodput"] = {**ledger, "ratio": value}

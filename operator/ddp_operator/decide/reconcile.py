@@ -137,6 +137,7 @@ def plan(
         conds.clear(c.COND_BLOCKED, reason, "the job has finished")
         conds.clear(c.COND_NOT_STARTING, reason, "the job has finished")
         new["completionTime"] = format_time(now)
+        goodput.settle(new, status, now)
         return finished(job, pods, now, new, finish(result, active=False))
 
     # 1. A finished job only cleans up and waits for its TTL.
@@ -213,7 +214,7 @@ def plan(
         facts += failure_facts.stuck(stuck)
         verdict = failure_policy.decide(job, facts, failure_policy.Counts.of(new), alone)
         result.read_log = verdict.first.ask(attempt)  # the runner reads it, then plans again
-        ended = goodput.account(status, progress, attempt, verdict)  # what the attempt cost
+        ended = goodput.account(status, progress, attempt, verdict, now)  # what it cost
         verdict = goodput.bound(job, verdict, ended)
         response = recovery.respond(
             job, verdict, conds, new, attempt, current, pods, failed, replacing, stuck, in_place
@@ -253,6 +254,7 @@ def plan(
     # 9. Running once every worker has started (finished ones count), or for an elastic job
     #    enough of them: ``startup.running``, which gives the live world size.
     new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])
+    goodput.recovered(new, status, conds.items, progress, attempt)  # the last failure's time
     return finish(result)
 
 
