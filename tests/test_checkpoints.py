@@ -64,3 +64,12 @@ def test_where_to_resume_is_in_the_job_s_configmap_from_the_first_checkpoint() -
         c.ENV_RESUME_STEP: "4",
         c.ENV_RESUME_PATH: "",
     }
+
+
+def test_a_restart_resumes_from_the_newest_checkpoint_written_or_taken() -> None:
+    written = {"step": 10, "time": "2026-11-27T12:00:00Z"}
+    taken = {"step": 20, "time": "2026-11-27T12:00:05Z"}
+    assert checkpoints.latest(written, taken) == taken
+    assert checkpoints.latest(taken, written) == taken
+    assert checkpoints.latest(None, written) == written
+    assert checkpoints.latest(written, None) == written

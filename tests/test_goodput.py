@@ -187,7 +187,32 @@ def test_the_time_a_failure_cost_is_measured_from_it_to_the_next_attempt_s_first
     status = new
     goodput.recovered(new := {**status}, status, running, {**first, "step": 30}, 1)
     assert new == status  # once
-    assert goodput.ratio(status, NOW + timedelta(seconds=69)) == 0.9  # 16.5 of 165 s
-    goodput.settle(end := {"completionTime": at(69)}, status, NOW + timedelta(seconds=69))
-    assert end["goodput"]["ratio"] == 0.9 and end["goodput"]["lostSeconds"] == 16.5
-    assert goodput.ratio({"goodput": {}}, NOW) is None
+    assert new["goodput"]["lostSeconds"] == 16.5
+    assert goodput.ratio({"goodput": {}}, None, NOW) is None
+
+
+def test_the_effective_training_time_is_the_steps_kept_at_their_pace_over_the_wall_time() -> None:
+    """The job began at step 1 (its first report) and ended at step 120, 0.5 s a step, 100 s
+    after its start: 60 s of useful training, 0.6."""
+    first = {"step": 1, "attempt": 0, "since": at(10), "sinceStep": 1}
+    status: dict[str, Any] = {"startTime": at(0)}
+    goodput.begin(new := {}, status, first)
+    assert new == {"goodput": {"startStep": 1}}
+    status.update(new)
+    goodput.begin(again := {}, status, {**first, "attempt": 1, "sinceStep": 40})
+    assert again == {}  # opened once
+    last = {"step": 120, "attempt": 1, "stepSeconds": 0.5}
+    assert goodput.ratio(status, last, NOW + timedelta(seconds=100)) == 0.6
+    goodput.settle(end := {"completionTime": at(100)}, status, last, NOW + timedelta(seconds=200))
+    assert end["goodput"] == {"startStep": 1, "ratio": 0.6}  # at its completion, not now
+    assert goodput.ratio(status, {"step": 120}, NOW) is None  # no pace measured
+
+
+def test_a_failure_completed_by_its_recovery_is_the_same_failure() -> None:
+    """The operator counts a failure when its ``firstFailure`` changes: the recovery times
+    added later must not count it twice."""
+    first = {"attempt": 0, "reason": "Error", "time": T0, "detectedSeconds": 4.0}
+    assert goodput.same_failure(first, {**first, "runningAgainSeconds": 9.0})
+    assert goodput.same_failure({**first, "firstStepSeconds": 13.0}, first)
+    assert not goodput.same_failure(first, {**first, "attempt": 1})
+    assert not goodput.same_failure(first, None)

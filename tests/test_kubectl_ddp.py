@@ -445,7 +445,9 @@ def test_render_status_shows_the_checkpoint_and_what_failures_cost() -> None:
             "time": "2026-11-27T12:00:00Z",
         },
         "startTime": "2026-11-27T11:58:00Z",
+        "progress": {"step": 135, "stepSeconds": 1.0},
         "goodput": {
+            "startStep": 1,
             "lostSeconds": 15.0,
             "failures": 3,
             "stepsLost": 21,
@@ -465,7 +467,7 @@ def test_render_status_shows_the_checkpoint_and_what_failures_cost() -> None:
         },
     }
     lines = jobview.render_status(body, [], now=now).splitlines()
-    assert lines[1:4] == [
+    assert lines[2:5] == [  # under the progress line; 135 steps of 1 s in 150 s
         "  checkpoint: step 10 at /ckpt/10 (30s ago, attempt 0): restarts resume there",
         "  goodput: 3 failures cost 21 steps and 15.0s; effective training time 90.0%; 2 restarts "
         "in a row without progress (ended at steps 17, 17)",

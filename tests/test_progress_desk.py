@@ -39,6 +39,7 @@ class Loop:
         self.status: dict[str, Any] = {"restarts": 0}
         self.version: str | None = "0"
         self.reported: dict[str, Any] | None = None
+        self.marked: dict[str, Any] | None = None
 
 
 class Jobs:
@@ -122,6 +123,7 @@ def test_a_new_checkpoint_is_written_within_a_second_and_a_repeated_one_not_agai
         assert (await desk.accept(*KEY, SENDER, {"step": 10, "attempt": 0}))[0] == 202
         assert len(writes.patches) == 1  # the attempt's first report: written at once
         await desk.accept(*KEY, SENDER, {"step": 10, "attempt": 0, "checkpoint": mark})
+        assert jobs.loop.marked is not None and jobs.loop.marked["step"] == 10  # before the write
         await asyncio.sleep(progress_desk.checkpoints.CHECKPOINT_GAP + 0.3)
         assert len(writes.patches) == 2
         written = writes.patches[1]["checkpoint"]

@@ -338,6 +338,10 @@ def test_a_group_restart_resumes_from_the_job_s_checkpoint_and_reports_anew(
     assert 0 <= seconds[0] <= seconds[1] <= seconds[2] < 60, first
     assert ledger["lostSeconds"] >= seconds[2], ledger
     assert 0 < ledger["ratio"] < 1, ledger
+    m = scrape(reporting.metrics)
+    assert m['ddp_operator_failure_lost_seconds_total{reason="Error"}'] >= seconds[2], m
+    assert m['ddp_operator_failure_lost_steps_total{reason="Error"}'] >= first["stepsLost"], m
+    assert m[f'ddp_job_goodput_ratio{{job="{name}",namespace="{ns}"}}'] == ledger["ratio"], m
     log = worker_log(cluster, ns, f"{name}-worker-0")
     assert "RESUMED from step 30 (/ckpt/step-30.pt)" in log, log
     shown = kubectl_ddp(cluster, "status", name, "-n", ns)

@@ -103,6 +103,8 @@ class ProgressDesk:
         )
         if checkpoints.moved(self._checkpoint(key), mark) and mark is not None:
             self._marks[key] = mark
+            if runner is not None:  # a group restarting before the write resumes from it
+                runner.marked = mark
         if key in self._marks:
             wait = min(wait, max(0.0, checkpoints.CHECKPOINT_GAP - since))
         if wait > 0:

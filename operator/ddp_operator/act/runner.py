@@ -57,10 +57,10 @@ def _progress(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return (body.get("status") or {}).get("progress")
 
 
-def _with_checkpoint(status: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
-    """The status the loop remembers, with the job's checkpoint as observed (the progress
-    desk writes it, not the loop: ``checkpoints``)."""
-    return {**status, "checkpoint": (body.get("status") or {}).get("checkpoint")}
+def _checkpoint(body: Mapping[str, Any], marked: Mapping[str, Any] | None) -> Any:
+    """The job's checkpoint: as observed, or as last taken if newer (the progress desk writes
+    it, not the loop: ``checkpoints``)."""
+    return checkpoints.latest((body.get("status") or {}).get("checkpoint"), marked)
 
 
 class JobRunner:
@@ -91,6 +91,7 @@ class JobRunner:
         self.failure: Failure | None = None  # the last pass's, until a pass goes through
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
         self.reported: dict[str, Any] | None = None  # its latest report, maybe not written yet
+        self.marked: dict[str, Any] | None = None  # its latest checkpoint, maybe not written yet
         self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
         self.legacy_env = False  # a pod of the job read the legacy ConfigMap (``job_configmap``)
         self.logs = failure_logs.FailureLogs(kube)  # its failures' logs read, once per attempt
@@ -255,7 +256,7 @@ class JobRunner:
             deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
             plan = reconcile.plan(
                 job,
-                _with_checkpoint(self.status, body),
+                {**self.status, "checkpoint": _checkpoint(body, self.marked)},
                 pods,
                 now,
                 generation,
@@ -316,7 +317,7 @@ class JobRunner:
         # attempt in the job's ConfigMap first (``inplace_pod``: where DDP_ATTEMPT comes from).
         legacy = job_configmap.legacy_in_use(job.name, plan.own)
         common = worker_env.read_by(job, plan.own)
-        resume = checkpoints.resume_data((self.body.get("status") or {}).get("checkpoint"))
+        resume = checkpoints.resume_data(_checkpoint(self.body, self.marked))
         if plan.tell and not await claims.give_env(
             self.kube, job, plan.attempt, legacy, common, resume
         ):

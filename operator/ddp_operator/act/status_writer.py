@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from ..api import metrics
 from ..api.kube import Kube
+from ..decide import goodput
 from ..decide.conditions import progress_only
 from ..decide.memory import Memory
 from ..decide.plan import Plan
@@ -38,7 +40,7 @@ class StatusWriter:
     def status(self) -> dict[str, Any]:
         return self.memory.status
 
-    def _count(self, plan: Plan) -> None:
+    def _count(self, plan: Plan, body: dict[str, Any]) -> None:
         """The operator's counters of what the new status records."""
         if plan.attempt > self.memory.attempt:
             metrics.GROUP_RESTARTS.inc()
@@ -48,8 +50,19 @@ class StatusWriter:
         if (replaced := int(plan.status.get("replacements") or 0) - was) > 0:
             metrics.REPLACEMENTS.inc(replaced)
         first = plan.status.get("firstFailure")
-        if first and first != self.status.get("firstFailure"):
+        if first and not goodput.same_failure(first, self.status.get("firstFailure")):
             metrics.FAILURES.labels(first.get("reason", ""), first.get("action", "")).inc()
+        ledger, was = plan.status.get("goodput"), self.status.get("goodput") or {}
+        if ledger and ledger != was:
+            reason = (first or {}).get("reason", "")
+            lost = ((metrics.LOST_SECONDS, "lostSeconds"), (metrics.LOST_STEPS, "stepsLost"))
+            for counter, field in lost:
+                if (more := float(ledger.get(field) or 0) - float(was.get(field) or 0)) > 0:
+                    counter.labels(reason).inc(more)
+            progress = (body.get("status") or {}).get("progress")
+            share = goodput.ratio({**self.status, **plan.status}, progress, datetime.now(UTC))
+            if share is not None:
+                metrics.JOB_GOODPUT.labels(*self.key).set(share)
 
     async def write(self, plan: Plan, body: dict[str, Any], created: bool = False) -> None:
         """Write what changed in the status, then post the plan's Events (on ``body``, the job).
@@ -57,7 +70,7 @@ class StatusWriter:
         without Events that follows new pods (``created``): the watch shows them within it,
         and the next pass writes a status that counts them; either way a timed pass writes it.
         StatusConflict if the job moved on since ``version``."""
-        self._count(plan)
+        self._count(plan, body)
         changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
         now = time.monotonic()
         hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written

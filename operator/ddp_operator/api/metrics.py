@@ -26,6 +26,17 @@ FAILURES = Counter(
     "Failed attempts by their first failure's reason and the action the job took",
     ["reason", "action"],
 )
+LOST_SECONDS = Counter(
+    "ddp_operator_failure_lost_seconds",
+    "Training time failures cost (to the next attempt's first report, and the lost steps "
+    "redone), by the failure's reason",
+    ["reason"],
+)
+LOST_STEPS = Counter(
+    "ddp_operator_failure_lost_steps",
+    "Steps done and lost with their failed attempt (since its checkpoint), by reason",
+    ["reason"],
+)
 API_REQUESTS = Counter(
     "ddp_operator_api_requests", "API requests made by the operator", ["verb", "code"]
 )
@@ -57,6 +68,12 @@ JOB_METRIC = Gauge(
     "A metric the training reported (loss, samples_per_s, ...), by name",
     [*JOB, "name"],
 )
+JOB_GOODPUT = Gauge(
+    "ddp_job_goodput_ratio",
+    "The job's effective training time ratio, 1 - time its failures cost / time since its start, "
+    "as of its last status write",
+    JOB,
+)
 _reported: dict[tuple[str, str], set[str]] = {}  # the metric names each job's gauges carry
 
 
@@ -79,6 +96,8 @@ def job_progress(namespace: str, job: str, progress: Mapping[str, Any], at: floa
 def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's gauges."""
     key = (namespace, job)
+    with contextlib.suppress(KeyError):
+        JOB_GOODPUT.remove(*key)
     names = _reported.pop(key, None)
     if names is None:
         return

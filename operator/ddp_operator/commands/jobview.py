@@ -90,9 +90,13 @@ def _goodput(status: Mapping[str, Any], now: datetime) -> list[str]:
             f"{mark.get('attempt', 0)}): restarts resume there"
         )
     if ledger := status.get("goodput"):
-        line = f"  goodput: {ledger.get('failures', 0)} failures cost {ledger.get('stepsLost', 0)}"
-        line += f" steps and {ledger.get('lostSeconds', 0)}s"
-        if (share := ledger.get("ratio", goodput.ratio(status, now))) is not None:
+        failures = ledger.get("failures", 0)
+        line = "  goodput: no failures"
+        if failures:
+            line = f"  goodput: {failures} failures cost {ledger.get('stepsLost', 0)} steps"
+            line += f" and {ledger.get('lostSeconds', 0)}s"
+        live = goodput.ratio(status, status.get("progress"), now)
+        if (share := ledger.get("ratio", live)) is not None:
             line += f"; effective training time {100 * share:.1f}%"
         if run := ledger.get("restartsWithoutProgress"):
             steps = ", ".join(map(str, ledger.get("diedAt") or []))

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..model import constants as c
-from .conditions import format_time
+from .conditions import format_time, parse_time
 from .progress_report import MAX_STEP, BadReport
 
 MAX_PATH = 1024  # characters of a checkpoint's path
@@ -55,6 +55,17 @@ def moved(known: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> boo
     if not new:
         return False
     return not known or (known.get("step"), known.get("path")) != (new["step"], new.get("path"))
+
+
+def latest(
+    written: Mapping[str, Any] | None, taken: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """The newer of the job's written checkpoint and the one last taken (its write may be up to
+    CHECKPOINT_GAP behind: a group restarting now resumes from the newest)."""
+    if not taken or not written:
+        return taken or written
+    new, old = parse_time(taken.get("time")), parse_time(written.get("time"))
+    return taken if new is not None and (old is None or new >= old) else written
 
 
 def merge_patch(new: Mapping[str, Any]) -> dict[str, Any]:

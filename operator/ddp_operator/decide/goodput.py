@@ -17,12 +17,17 @@ An attempt that ends (a group restart, or the job's end) is accounted once, from
   steps at the attempt's seconds per step; once the next attempt shows them
   (``recovered``), ``runningAgainSeconds`` and ``firstStepSeconds`` from the failure to the
   group running again and to its first report. ``status.goodput.lostSeconds`` sums each
-  failure's ``firstStepSeconds`` and ``recomputeSeconds``; the job's effective training time
-  ratio is ``1 - lostSeconds / (seconds since startTime)`` (``ratio``), written when it ends;
+  failure's ``firstStepSeconds`` and ``recomputeSeconds``;
 * ``restartsWithoutProgress``: the attempts in a row since the last that advanced that ended
   without advancing, and where each ended (``diedAt``, as last reported; the resume step for
   one that never reported). A disruption (eviction, preemption, a lost node) neither counts
   nor ends the run: it is the cluster's doing, not the script's.
+
+The job's effective training time ratio (ETTR, ``ratio``, written when it ends) is its useful
+training time over its wall time: the steps it kept (its last step since the step its first report
+said, ``startStep``) at the seconds per step its last attempt measured, over the time from its
+``startTime``. What is not useful is the failures' time (``lostSeconds``), its start-up, and
+whatever else held steps up (saves, evaluations).
 
 Past ``maxRestartsWithoutProgress`` such attempts, a restart becomes the job's failure, reason
 ``NoProgress`` (NVIDIA's fault-tolerance launcher stops after 3 restarts without progress, exit
@@ -97,6 +102,7 @@ def account(
     elif not verdict.first.disruption:
         run, died = run + 1, [*died, resume if last is None else last][-MAX_DIED_AT:]
     goodput = {
+        **before,
         "attempt": attempt,
         "failures": int(before.get("failures") or 0) + 1,
         "stepsLost": int(before.get("stepsLost") or 0) + (lost or 0),
@@ -192,21 +198,53 @@ def recovered(
         new["firstFailure"] = out
 
 
-def ratio(status: Mapping[str, Any], now: datetime) -> float | None:
-    """The job's effective training time ratio: 1 - lost seconds / seconds since its start
-    (to its completion); None for a job with no account."""
-    ledger, start = status.get("goodput"), parse_time(status.get("startTime"))
+RECOVERY = ("runningAgainSeconds", "firstStepSeconds")  # a failure's costs seen after it
+
+
+def same_failure(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two ``firstFailure`` are the same failure (``recovered`` completes one later)."""
+
+    def bare(f: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: v for k, v in (f or {}).items() if k not in RECOVERY}
+
+    return bare(a) == bare(b)
+
+
+def begin(
+    new: dict[str, Any], status: Mapping[str, Any], progress: Mapping[str, Any] | None
+) -> None:
+    """Open the job's account at its first report: the step it began from (``startStep``; a job
+    that resumed another's checkpoint did not do the steps before it)."""
+    if status.get("goodput") or new.get("goodput") or not progress:
+        return
+    if (first := _int(progress.get("sinceStep"))) is not None:
+        new["goodput"] = {"startStep": first}
+
+
+def ratio(
+    status: Mapping[str, Any], progress: Mapping[str, Any] | None, now: datetime
+) -> float | None:
+    """The job's effective training time ratio now (or at its completion): None before its
+    account opened or its last attempt measured its seconds per step."""
+    ledger, start = status.get("goodput") or {}, parse_time(status.get("startTime"))
     end = parse_time(status.get("completionTime")) or now
-    if not ledger or start is None or end <= start:
+    step, first = _int((progress or {}).get("step")), _int(ledger.get("startStep"))
+    each = (progress or {}).get("stepSeconds")
+    if start is None or end <= start or step is None or first is None or not each:
         return None
-    wall = (end - start).total_seconds()
-    return round(max(0.0, 1.0 - float(ledger.get("lostSeconds") or 0) / wall), 3)
+    useful = max(0, step - first + 1) * float(each)
+    return round(min(1.0, useful / (end - start).total_seconds()), 3)
 
 
-def settle(new: dict[str, Any], status: Mapping[str, Any], now: datetime) -> None:
+def settle(
+    new: dict[str, Any],
+    status: Mapping[str, Any],
+    progress: Mapping[str, Any] | None,
+    now: datetime,
+) -> None:
     """At the job's end: its ratio on its account (``ratio``), once."""
     ledger = new.get("goodput") or status.get("goodput")
     if ledger and "ratio" not in ledger:
-        value = ratio({**status, **new, "goodput": ledger}, now)
+        value = ratio({**status, **new, "goodput": ledger}, progress, now)
         if value is not None:
             new["goodput"] = {**ledger, "ratio": value}

@@ -137,7 +137,7 @@ def plan(
         conds.clear(c.COND_BLOCKED, reason, "the job has finished")
         conds.clear(c.COND_NOT_STARTING, reason, "the job has finished")
         new["completionTime"] = format_time(now)
-        goodput.settle(new, status, now)
+        goodput.settle(new, status, progress, now)
         return finished(job, pods, now, new, finish(result, active=False))
 
     # 1. A finished job only cleans up and waits for its TTL.
@@ -254,6 +254,7 @@ def plan(
     # 9. Running once every worker has started (finished ones count), or for an elastic job
     #    enough of them: ``startup.running``, which gives the live world size.
     new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])
+    goodput.begin(new, status, progress)  # the account opens at the first report
     goodput.recovered(new, status, conds.items, progress, attempt)  # the last failure's time
     return finish(result)
 
