@@ -98,12 +98,32 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
         # S9, the defaults' run: ETTR (useful steps' time over wall time), hang -> restart in s.
         "s9_goodput": _s9(res, "ettr"),
         "s9_hang_detect_s": _s9(res, "hang_detect_s"),
+        # S9 per configuration: the bench's ETTR and the job's own (status.goodput.ratio).
+        **{
+            f"s9_{who}ettr_{config.replace('-', '_')}": _s9(res, f"{who}ettr", config)
+            for config in S9_CONFIGS
+            for who in ("", "job_")
+        },
+        # S9, the defaults: each failure kind's seconds back to training, as the job recorded.
+        **{f"s9_back_s_{kind}": _s9_back(res, kind) for kind in S9_KINDS},
     }
 
 
-def _s9(res: dict[str, Any], key: str) -> float:
-    """A figure of S9's run with the defaults (nan if it did not run, or had no hang)."""
+S9_CONFIGS = ("defaults", "stall-off", "recreate")
+S9_KINDS = ("crash", "oom", "hang", "evict")
+
+
+def _s9_back(res: dict[str, Any], kind: str) -> float:
+    """The defaults' run: the seconds from the failure of ``kind`` to the next first step, as
+    the job recorded them (nan if none)."""
     run = ((res.get("s9") or {}).get("runs") or {}).get("defaults") or {}
+    found = [c["firstStepSeconds"] for c in run.get("costs") or () if c["kind"] == kind]
+    return float(found[0]) if found and found[0] is not None else NAN
+
+
+def _s9(res: dict[str, Any], key: str, config: str = "defaults") -> float:
+    """A figure of S9's run with ``config`` (nan if it did not run, or had no hang)."""
+    run = ((res.get("s9") or {}).get("runs") or {}).get(config) or {}
     value = run.get(key)
     return NAN if value is None else float(value)
 
@@ -206,10 +226,14 @@ def table(res: dict[str, Any]) -> list[str]:
         kinds = ", ".join(f["kind"] for f in s9["failures"])
         for name, run in s9["runs"].items():
             hangs = ", ".join(f"{h['detect_s']:.1f} s" for h in run["hangs"]) or "-"
+            back = ", ".join(
+                f"{x['kind']} {x['firstStepSeconds']} s" for x in run.get("costs") or ()
+            )
+            job = f"; the job's ETTR {run['job_ettr']}, back to training: {back}" if back else ""
             rows.append(
                 f"| S9 {name} ({run['config']}): {s9['steps']} steps x {s9['step_s']} s, "
                 f"failures {kinds} | ETTR {run['ettr']:.2f} ({run['wall_s']:.1f} s, "
-                f"{run['attempts']} attempts, {run['steps_lost']} steps lost) | - | - | - | "
+                f"{run['attempts']} attempts, {run['steps_lost']} steps lost{job}) | - | - | - | "
                 f"hang -> restart {hangs} |"
             )
     return rows

@@ -41,6 +41,16 @@ KEYS = [
     "s8_cpu_per_1000_reports",
     "s9_goodput",
     "s9_hang_detect_s",
+    "s9_ettr_defaults",
+    "s9_job_ettr_defaults",
+    "s9_ettr_stall_off",
+    "s9_job_ettr_stall_off",
+    "s9_ettr_recreate",
+    "s9_job_ettr_recreate",
+    "s9_back_s_crash",
+    "s9_back_s_oom",
+    "s9_back_s_hang",
+    "s9_back_s_evict",
 ]
 
 
@@ -101,6 +111,11 @@ def results(*contenders: str) -> dict[str, Any]:
                     "steps_lost": 7,
                     "hang_detect_s": 33.1,
                     "hangs": [{"detect_s": 33.1}],
+                    "job_ettr": 0.26,
+                    "costs": [
+                        {"kind": "crash", "firstStepSeconds": 4.5},
+                        {"kind": "hang", "firstStepSeconds": 39.0},
+                    ],
                 }
             },
         },
@@ -131,6 +146,10 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["rss_ratio_jobset"] == "1.50"  # JobSet controller's peak RSS over ours
     assert got["s8_cpu_per_1000_reports"] == "20.00"  # the operator's, over its idle baseline
     assert got["s9_goodput"] == "0.25" and got["s9_hang_detect_s"] == "33.10"  # the defaults' run
+    assert got["s9_ettr_defaults"] == "0.25" and got["s9_job_ettr_defaults"] == "0.26"
+    assert got["s9_ettr_recreate"] == "nan"  # not run (quick)
+    assert got["s9_back_s_crash"] == "4.50" and got["s9_back_s_hang"] == "39.00"
+    assert got["s9_back_s_oom"] == "nan"
 
 
 def test_a_contender_that_did_not_run_is_nan_never_a_number():
@@ -151,8 +170,8 @@ def test_the_table_replaces_only_what_is_between_the_markers(tmp_path: Path):
     assert "peak 101 MB" in text
     s9 = "| S9 defaults (InPlace, stall detection 30 s): 40 steps x 0.5 s, failures crash, hang |"
     assert (
-        f"{s9} ETTR 0.25 (80.0 s, 3 attempts, 7 steps lost) | - | - | - | hang -> restart 33.1 s |"
-        in text
+        f"{s9} ETTR 0.25 (80.0 s, 3 attempts, 7 steps lost; the job's ETTR 0.26, back to "
+        "training: crash 4.5 s, hang 39.0 s) | - | - | - | hang -> restart 33.1 s |" in text
     )
     assert "| 90 MB (S1 80, S5 90) | - | - | 135 MB (S1 135) | 1.5x lighter than JobSet |" in text
     assert (tmp_path / "latest.json").exists() and line.startswith("RESULT s1_ratio_raw=1.25")

@@ -149,3 +149,30 @@ def test_a_new_checkpoint_is_written_within_a_second_and_a_repeated_one_not_agai
         desk.forget(KEY)
 
     asyncio.run(scenario())
+
+
+def test_a_kubeflow_status_update_is_taken_as_a_report() -> None:
+    """What Hugging Face's KubeflowCallback posts lands on status.progress as a report would."""
+
+    async def scenario() -> None:
+        writes, jobs = Writes(), Jobs()
+        desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
+        start = {
+            "trainerStatus": {
+                "progressPercentage": 0,
+                "metrics": [{"name": "total_steps", "value": "60"}],
+            }
+        }
+        assert (await desk.accept(*KEY, SENDER, start, kubeflow=True))[0] == 202
+        written = writes.patches[0]["progress"]
+        assert (written["step"], written["total"], written["attempt"]) == (0, 60, 0), written
+        assert await desk.accept(*KEY, SENDER, {}, kubeflow=True) == (
+            200,
+            "nothing to take (no trainerStatus)",
+        )
+        bad = {"trainerStatus": {"progressPercentage": 300}}
+        code, why = await desk.accept(*KEY, SENDER, bad, kubeflow=True)
+        assert code == 400 and "progressPercentage must be 0 to 100" in why
+        desk.forget(KEY)
+
+    asyncio.run(scenario())

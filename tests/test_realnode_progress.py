@@ -20,7 +20,7 @@ from test_metrics import scrape
 
 from ddp_operator.sdk import Client, SDKError, job_manifest
 
-from harness import jobs
+from harness import jobs, pylibs
 from harness.cluster import Cluster, tool, wait_for
 from harness.operator import OperatorProcess, free_port
 from harness.realnode import (
@@ -424,3 +424,67 @@ def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
     done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
     status = done["status"]
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
+
+
+HUGGING_FACE = """
+import time
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+class Pace(TrainerCallback):  # a real model's step takes time (no progress code here)
+    def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(0.3)
+
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+rows = torch.randint(0, 64, (64, 16))
+data = [{"input_ids": row, "labels": row} for row in rows]
+args = TrainingArguments(output_dir="/tmp/out", max_steps=40, per_device_train_batch_size=4,
+    logging_steps=5, report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True)
+Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data, callbacks=[Pace()]).train()
+print("TRAINED", flush=True)
+"""
+
+
+def test_a_hugging_face_trainer_reports_with_no_code_change(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """A Hugging Face ``Trainer`` script (a tiny GPT-2 built here, no download) that never
+    imports ddp_operator, with ``report_to="none"``: transformers' own KubeflowCallback finds
+    the Kubeflow Trainer variables the operator gives the pod and posts Kubeflow's status
+    updates, which the job shows as progress: its step of 40, ETA and loss on the way, 100% at
+    the end."""
+    ns, name = reporting.ns, "hugging-face"
+    lib = pylibs.transformers()
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
+    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1)
+    job["spec"]["nodes"] = 1
+    spec = job["spec"]["template"]["spec"]
+    spec["volumes"] = [{"name": "hf", "hostPath": {"path": str(lib), "type": "Directory"}}]
+    trainer = spec["containers"][0]
+    trainer["volumeMounts"] = [{"name": "hf", "mountPath": "/opt/hf", "readOnly": True}]
+    trainer["env"] = [
+        {"name": "SCRIPT", "value": HUGGING_FACE},
+        {"name": "PYTHONPATH", "value": "/opt/hf:/opt/ddp-operator"},
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
+    ]
+    jobs.apply(cluster, job)
+    seen: list[dict[str, Any]] = []
+
+    def finished() -> bool:
+        j = jobs.get(cluster, ns, name) or {}
+        p = (j.get("status") or {}).get("progress") or {}
+        if p and (not seen or seen[-1].get("updated") != p.get("updated")):
+            seen.append(p)
+        return (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    wait_for(finished, timeout=300, interval=0.3, what="the Hugging Face job to finish")
+    status = (jobs.get(cluster, ns, name) or {})["status"]
+    log = worker_log(cluster, ns, f"{name}-worker-0")
+    assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
+    last = status["progress"]
+    assert (last["step"], last["total"], last["percent"], last["attempt"]) == (40, 40, 100.0, 0)
+    assert last["etaSeconds"] == 0 and "loss" in last["metrics"], last
+    during = [p for p in seen if 0 < p["step"] < 40]
+    assert during and "etaSeconds" in during[0] and "loss" in during[0]["metrics"], seen
+    assert "ddp progress" not in log, log  # the script has no reporter of ours

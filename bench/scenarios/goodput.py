@@ -3,7 +3,9 @@ fixed step time, a checkpoint every few steps) runs to a fixed number of useful 
 failures come on a seeded schedule (a crash, an OOM kill, a hang, an eviction: one per attempt),
 under each configuration of ``goodput_job.CONFIGS``. Measured per run: ETTR (useful steps x step
 time / wall time from the first create call to ``Succeeded``), the attempts used, the steps lost,
-and for each hang the seconds from the hang to the group's restart. The pods and this process
+and for each hang the seconds from the hang to the group's restart; beside them, the job's own
+account (``status.goodput``: its ETTR, time and steps lost; each failure's costs from its
+``firstFailure``, as the watch last saw it). The pods and this process
 share one clock (the real node runs on this machine), so the script's records and the job's
 history, as a watch here saw it, are compared directly."""
 
@@ -195,6 +197,7 @@ def measure(
                 "restart_message": restart["message"],
             }
         )
+    ledger = final.get("goodput") or {}
     per_step = [b["t"] - a["t"] for a, b in pairwise(done) if a["attempt"] == b["attempt"]]
     wall = t_done - t0
     return {
@@ -212,7 +215,39 @@ def measure(
         "hangs": hangs,
         "restarts": [{**r, "t": round(r["t"] - t0, 2)} for r in restarts],
         "evictions": {a: {**e, "t": round(e["t"] - t0, 2)} for a, e in evicted.items()},
+        "job_ettr": ledger.get("ratio"),
+        "job_lost_s": ledger.get("lostSeconds"),
+        "job_steps_lost": ledger.get("stepsLost"),
+        "costs": costs(hist, failures),
     }
+
+
+COSTS = (
+    "reason",
+    "lastStep",
+    "resumeStep",
+    "stepsLost",
+    "detectedSeconds",
+    "runningAgainSeconds",
+    "firstStepSeconds",
+)
+
+
+def costs(hist: JobHistory, failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each scheduled failure's costs as the job recorded them (its ``firstFailure`` of that
+    attempt, the last version seen: the recovery times come after it)."""
+    last: dict[int, dict[str, Any]] = {}
+    for _, status in hist.history:
+        first = status.get("firstFailure") or {}
+        if "attempt" in first:
+            last[int(first["attempt"])] = first
+    found = []
+    for f in failures:
+        first = last.get(f["attempt"])
+        if first is None:
+            raise Stalled(f"S9: the job recorded no failure of attempt {f['attempt']} ({f})")
+        found.append({"kind": f["kind"], **{k: first.get(k) for k in COSTS}})
+    return found
 
 
 def _one(items: list[dict[str, Any]], what: Any) -> dict[str, Any]:
@@ -266,9 +301,11 @@ def goodput(ours: Reporting, quick: bool, configs: tuple[str, ...] | None = None
         config = CONFIGS[name]
         log(f"S9 {name}: {steps} steps x {STEP_S} s, failures {failures}")
         runs[name] = run = one(ours, ns, image, config, failures, steps)
+        back = ", ".join(f"{x['kind']} {x['firstStepSeconds']} s" for x in run["costs"])
         log(
             f"S9 {name}: ETTR {run['ettr']:.3f} ({run['wall_s']:.1f} s, {run['attempts']} "
-            f"attempts, {run['steps_lost']} steps lost); hang -> restart {run['hang_detect_s']} s"
+            f"attempts, {run['steps_lost']} steps lost); hang -> restart {run['hang_detect_s']} s; "
+            f"the job's ETTR {run['job_ettr']}, {run['job_lost_s']} s lost; back: {back}"
         )
     return {
         "seed": SEED,

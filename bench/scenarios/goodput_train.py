@@ -1,8 +1,10 @@
 """S9's training, run by each worker of the goodput job (``goodput_job`` hands it over as
 ``python3 -c``): a tiny model under DDP (gloo), one step every S9_STEP_S seconds (compute, the
 gradients' all_reduce, then sleep for the rest), ``ddp_operator.progress.report`` after every step,
-a checkpoint every S9_EVERY steps to the job's host folder (S9_OUT, on the real node), resumed from
-at each start: the steps after it are lost work when a failure comes.
+a checkpoint every S9_EVERY steps to the job's host folder (S9_OUT, on the real node), said to the
+job (``ddp_operator.progress.checkpoint``); each start resumes from the checkpoint the job says
+(``last_checkpoint``: ``DDP_RESUME_STEP``/``DDP_RESUME_PATH``), with no bookkeeping of its own: the
+steps after it are lost work when a failure comes.
 
 Failures come from S9_FAILURES (JSON: ``[{"attempt", "step", "kind", "worker"}]``), each at the
 start of its step in its attempt (DDP_ATTEMPT), in its worker: ``crash`` exits 1, ``oom`` touches
@@ -26,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_operator.progress import report
+from ddp_operator.progress import checkpoint, last_checkpoint, report
 
 OUT = Path(os.environ["S9_OUT"])
 ATTEMPT, RANK = int(os.environ["DDP_ATTEMPT"]), int(os.environ["RANK"])
@@ -59,11 +61,14 @@ def inject(failures: list[dict[str, Any]], step: int) -> None:
                 time.sleep(3600)
 
 
-def checkpoint(path: Path, model: torch.nn.Module, step: int) -> None:
-    """The model and its step, replaced at once (a kill mid-write leaves the previous one)."""
+def save(model: torch.nn.Module, step: int) -> None:
+    """The model at ``step``, complete before the job is told (a kill mid-write leaves the
+    previous one, which the job still names)."""
+    path = OUT / f"ckpt-{step}.pt"
     tmp = path.with_suffix(".tmp")
     torch.save({"step": step, "model": model.state_dict()}, tmp)
     os.replace(tmp, path)
+    checkpoint(step, str(path))
 
 
 def train() -> None:
@@ -75,12 +80,11 @@ def train() -> None:
     dist.init_process_group("gloo", init_method="env://", timeout=timeout)
     record("init")
     torch.manual_seed(0)
-    model, ckpt = torch.nn.Linear(16, 1), OUT / "ckpt.pt"
+    model, last = torch.nn.Linear(16, 1), last_checkpoint()
     start = torch.zeros(1, dtype=torch.int64)
-    if RANK == 0 and ckpt.exists():
-        saved = torch.load(ckpt)
-        model.load_state_dict(saved["model"])
-        start[0] = saved["step"]
+    if RANK == 0 and last is not None and last.path:
+        model.load_state_dict(torch.load(last.path)["model"])
+        start[0] = last.step
     dist.broadcast(start, 0)  # and DDP below takes rank 0's parameters
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
@@ -97,7 +101,7 @@ def train() -> None:
             record("step", step=step)
         report(step, steps, loss=loss.item())
         if RANK == 0 and step % every == 0:
-            checkpoint(ckpt, model, step)
+            save(model, step)
     record("done", step=steps)
     dist.destroy_process_group()
 

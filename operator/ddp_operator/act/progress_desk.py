@@ -31,7 +31,7 @@ from ..api import metrics
 from ..api.kube import Kube
 from ..api.progress_server import Sender
 from ..api.transport import JobGone
-from ..decide import checkpoints, progress_report
+from ..decide import checkpoints, kubeflow_status, progress_report
 from .registry import Runners
 from .runner import Key
 
@@ -71,9 +71,10 @@ class ProgressDesk:
         return ""
 
     async def accept(
-        self, namespace: str, name: str, sender: Sender, payload: Any
+        self, namespace: str, name: str, sender: Sender, payload: Any, kubeflow: bool = False
     ) -> tuple[int, str]:
-        """Answer one report: 202 once taken, else the HTTP status and why."""
+        """Answer one report: 202 once taken, else the HTTP status and why. ``kubeflow``: a
+        status update of Kubeflow Trainer's protocol (``kubeflow_status``), read as a report."""
         key = (namespace, name)
         if self.runners.paused():  # sent here before the Service saw this replica not ready
             return 503, "a standby: another replica is active; retry"
@@ -83,6 +84,10 @@ class ProgressDesk:
             return 403, refused
         attempt, now = self._attempt(key), datetime.now(UTC)
         try:
+            if kubeflow:
+                payload = kubeflow_status.as_report(payload, self._before(key))
+                if payload is None:
+                    return 200, "nothing to take (no trainerStatus)"
             progress = progress_report.normalize(payload, now)
             mark = checkpoints.of_report(payload, attempt, now)
         except progress_report.BadReport as exc:
@@ -91,6 +96,7 @@ class ProgressDesk:
         if progress.get("attempt", attempt) != attempt:
             metrics.PROGRESS_REPORTS.labels("refused").inc()
             return 409, f"a report of attempt {progress['attempt']}: the job is at {attempt}"
+        progress.setdefault("attempt", attempt)  # the sender's, checked above (Kubeflow's: none)
         metrics.PROGRESS_REPORTS.labels("accepted").inc()
         metrics.job_progress(namespace, name, progress, time.time())
         progress = progress_report.carry(self._before(key), progress)

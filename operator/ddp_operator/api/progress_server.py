@@ -2,7 +2,10 @@
 sent a report: the API server's TokenReview of the pod-bound token the report carries.
 
 ``POST /v1/namespaces/<ns>/ddpjobs/<job>/progress`` with ``Authorization: Bearer <token>``, the
-token the kubelet projected into the pod for the audience ``PROGRESS_AUDIENCE``. aiohttp is
+token the kubelet projected into the pod for the audience ``PROGRESS_AUDIENCE``; also Kubeflow
+Trainer's ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<job>/status``
+(``decide/kubeflow_status``: Hugging Face's ``KubeflowCallback`` posts there), answered 200 with
+a JSON body when taken, as Kubeflow's own server does. aiohttp is
 kopf's own web server (its liveness endpoint): no new dependency.
 
 Whoever reaches the endpoint can send anything, so nothing of a request is read before its
@@ -26,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..decide import kubeflow_status
 from ..model import constants as c
 from .kube import Kube
 
@@ -123,14 +127,15 @@ class TokenReviewer:
         return who
 
 
-Accept = Callable[[str, str, Sender, Any], Awaitable[tuple[int, str]]]
+Accept = Callable[[str, str, Sender, Any, bool], Awaitable[tuple[int, str]]]
 
 
 def app(
     reviewer: TokenReviewer, accept: Accept, ready: Callable[[], bool] = lambda: True
 ) -> web.Application:
     """The endpoint: a report's sender reviewed, then ``accept(namespace, job, sender,
-    payload)`` answers with an HTTP status and a message. ``/readyz`` answers 200 while this
+    payload, kubeflow)`` answers with an HTTP status and a message (``kubeflow``: a status
+    update of Kubeflow Trainer's protocol). ``/readyz`` answers 200 while this
     replica takes reports (``ready``: not a paused standby), else 503, for a Service to send
     them to the active replica only."""
 
@@ -156,11 +161,17 @@ def app(
         except ValueError as exc:
             return web.Response(status=400, text=f"the report is no JSON: {exc}\n")
         ns, name = request.match_info["namespace"], request.match_info["name"]
-        status, message = await accept(ns, name, sender, payload)
+        kubeflow = request.match_info.route.resource is not None and (
+            request.match_info.route.resource.canonical == kubeflow_status.ROUTE
+        )
+        status, message = await accept(ns, name, sender, payload, kubeflow)
+        if kubeflow and status < 300:  # Kubeflow's server: 200 and a JSON body
+            return web.json_response({"message": message}, status=200)
         return web.Response(status=status, text=message + "\n", content_type="text/plain")
 
     application = web.Application(client_max_size=MAX_BODY)
     application.router.add_post(ROUTE, post)
+    application.router.add_post(kubeflow_status.ROUTE, post)
     application.router.add_get("/readyz", readyz)
     return application
 

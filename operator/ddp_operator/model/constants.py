@@ -56,6 +56,10 @@ ENV_HOSTS = "VC_WORKER_HOSTS"  # from the job's ConfigMap (``job_configmap``)
 ENV_RESUME_STEP = "DDP_RESUME_STEP"
 ENV_RESUME_PATH = "DDP_RESUME_PATH"
 RESUME_ENV = (ENV_RESUME_STEP, ENV_RESUME_PATH)
+# Kubeflow Trainer's status path (KEP-2779), served beside ours (``decide/kubeflow_status``).
+KUBEFLOW_STATUS_ROUTE = (
+    "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+)
 RESERVED_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",

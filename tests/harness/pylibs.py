@@ -1,0 +1,45 @@
+"""Python libraries a test's pods import that the trainer image does not carry (Hugging Face
+transformers and its accelerate, for the Kubeflow-protocol test): installed once from PyPI into
+a folder of the build cache (``pip install --target``, keyed by their versions), which the pods
+mount from the real node (this machine) read-only. The image stays as it is: torch only."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CACHE = Path(os.environ.get("DDP_CACHE", Path.home() / ".cache" / "ddp-operator")) / "pylibs"
+# The trainer image's Python is 3.11, as the test venv's: the wheels fit both.
+TRANSFORMERS = ("transformers==5.24.0",)  # KubeflowCallback: transformers 5.4 and later
+ACCELERATE = ("accelerate==1.13.0", "psutil==7.2.2")  # the Trainer's; its torch is the image's
+
+
+def folder(name: str, with_deps: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
+    """The folder holding ``with_deps`` (and their dependencies) and ``no_deps`` (alone), built
+    if missing (one build at a time; a half-built folder is never used)."""
+    key = "-".join(p.replace("==", "-") for p in (*with_deps, *no_deps))
+    done = CACHE / f"{name}-py{sys.version_info.major}{sys.version_info.minor}-{key}"
+    if done.is_dir():
+        return done
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_dir():
+            return done
+        work = done.with_name(done.name + ".tmp")
+        shutil.rmtree(work, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(work)]
+        subprocess.run([*pip, *with_deps], check=True, timeout=900)
+        if no_deps:
+            subprocess.run([*pip, "--no-deps", *no_deps], check=True, timeout=900)
+        work.rename(done)
+    return done
+
+
+def transformers() -> Path:
+    """Hugging Face transformers with its Trainer's accelerate, torch left to the image."""
+    return folder("hf", TRANSFORMERS, ACCELERATE)
