@@ -216,3 +216,13 @@ def test_a_failure_completed_by_its_recovery_is_the_same_failure() -> None:
     assert goodput.same_failure({**first, "firstStepSeconds": 13.0}, first)
     assert not goodput.same_failure(first, {**first, "attempt": 1})
     assert not goodput.same_failure(first, None)
+
+
+def test_a_hang_ended_by_a_collective_timeout_cost_the_time_it_hung() -> None:
+    """Stall detection off: the waiting rank's gloo timeout ends the attempt 90 s after the
+    last step; the failure is timed from that step, not from the container's end."""
+    hung = WorkerFailure(0, "j-worker-0", "Error", exit_code=1, time=at(-4))
+    v = failure_policy.decide(job(), [hung], NONE, alone="not elastic")
+    progress = {"step": 97, "attempt": 2, "advanced": at(-94)}
+    ended = goodput.account({"goodput": {"attempt": 1}}, progress, 2, v, NOW)
+    assert ended is not None and ended.costs["detectedSeconds"] == 94.0

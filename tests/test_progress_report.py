@@ -23,7 +23,7 @@ def test_a_report_becomes_status_progress() -> None:
         "eta": "3m10s",
         "attempt": 1,
         "metrics": {"loss": 0.5},
-        "updated": "2026-11-25T12:00:00Z",
+        "updated": "2026-11-25T12:00:00.000Z",
     }
     done = pr.normalize({"step": 130, "total": 120, "etaSeconds": 5}, NOW)
     assert done["percent"] == 100.0 and done["eta"] == "0s"
@@ -117,3 +117,12 @@ def test_the_attempt_s_clock_is_carried_from_report_to_report() -> None:
     assert same["advanced"] == second["advanced"] and same["stepSeconds"] == 3.0
     again = pr.carry(same, taken(0, 100, attempt=1))  # a new attempt starts afresh
     assert again["advanced"] == again["since"] == again["updated"] and again["sinceStep"] == 0
+
+
+def test_a_report_s_time_has_milliseconds_so_that_a_step_of_half_a_second_is_timed_right() -> None:
+    """20 steps of 0.5 s, timed by whole seconds, read 0.47 s a step (S9, 2026-11-27)."""
+    t0 = datetime(2026, 11, 27, 12, 0, 0, 900_000, tzinfo=UTC)
+    first = pr.carry(None, pr.normalize({"step": 21}, t0))
+    later = pr.normalize({"step": 40}, t0 + timedelta(seconds=9.5))
+    assert first["updated"] == "2026-11-27T12:00:00.900Z"
+    assert pr.carry(first, later)["stepSeconds"] == 0.5

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,13 @@ def measure(
         "restarts": [{**r, "t": round(r["t"] - t0, 2)} for r in restarts],
         "evictions": {a: {**e, "t": round(e["t"] - t0, 2)} for a, e in evicted.items()},
         "job_ettr": ledger.get("ratio"),
+        "job_clock": {
+            "start_s": _since(final.get("startTime"), t0),
+            "completion_s": _since(final.get("completionTime"), t0),
+            "start_step": ledger.get("startStep"),
+            "last_step": (final.get("progress") or {}).get("step"),
+            "step_s": (final.get("progress") or {}).get("stepSeconds"),
+        },
         "job_lost_s": ledger.get("lostSeconds"),
         "job_steps_lost": ledger.get("stepsLost"),
         "costs": costs(hist, failures),
@@ -248,6 +256,14 @@ def costs(hist: JobHistory, failures: list[dict[str, Any]]) -> list[dict[str, An
             raise Stalled(f"S9: the job recorded no failure of attempt {f['attempt']} ({f})")
         found.append({"kind": f["kind"], **{k: first.get(k) for k in COSTS}})
     return found
+
+
+def _since(stamp: str | None, t0: float) -> float | None:
+    """A status time, in seconds after ``t0`` (this host's clock; the API server's times have
+    whole seconds)."""
+    if not stamp:
+        return None
+    return round(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - t0, 2)
 
 
 def _one(items: list[dict[str, Any]], what: Any) -> dict[str, Any]:

@@ -71,10 +71,17 @@ class ProgressDesk:
         return ""
 
     async def accept(
-        self, namespace: str, name: str, sender: Sender, payload: Any, kubeflow: bool = False
+        self,
+        namespace: str,
+        name: str,
+        sender: Sender,
+        payload: Any,
+        kubeflow: bool = False,
+        received: datetime | None = None,
     ) -> tuple[int, str]:
         """Answer one report: 202 once taken, else the HTTP status and why. ``kubeflow``: a
-        status update of Kubeflow Trainer's protocol (``kubeflow_status``), read as a report."""
+        status update of Kubeflow Trainer's protocol (``kubeflow_status``), read as a report;
+        ``received``: when it came (its time: the step times are measured from it)."""
         key = (namespace, name)
         if self.runners.paused():  # sent here before the Service saw this replica not ready
             return 503, "a standby: another replica is active; retry"
@@ -82,7 +89,7 @@ class ProgressDesk:
         if refused:
             metrics.PROGRESS_REPORTS.labels("refused").inc()
             return 403, refused
-        attempt, now = self._attempt(key), datetime.now(UTC)
+        attempt, now = self._attempt(key), received or datetime.now(UTC)
         try:
             if kubeflow:
                 payload = kubeflow_status.as_report(payload, self._before(key))

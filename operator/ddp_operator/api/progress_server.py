@@ -25,6 +25,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -127,17 +128,18 @@ class TokenReviewer:
         return who
 
 
-Accept = Callable[[str, str, Sender, Any, bool], Awaitable[tuple[int, str]]]
+Accept = Callable[[str, str, Sender, Any, bool, datetime], Awaitable[tuple[int, str]]]
 
 
 def app(
     reviewer: TokenReviewer, accept: Accept, ready: Callable[[], bool] = lambda: True
 ) -> web.Application:
     """The endpoint: a report's sender reviewed, then ``accept(namespace, job, sender,
-    payload, kubeflow)`` answers with an HTTP status and a message (``kubeflow``: a status
-    update of Kubeflow Trainer's protocol). ``/readyz`` answers 200 while this
-    replica takes reports (``ready``: not a paused standby), else 503, for a Service to send
-    them to the active replica only."""
+    payload, kubeflow, received)`` answers with an HTTP status and a message (``kubeflow``: a
+    status update of Kubeflow Trainer's protocol; ``received``: when it came, before its
+    review, which may take the API server a while: the report's time). ``/readyz`` answers 200
+    while this replica takes reports (``ready``: not a paused standby), else 503, for a Service
+    to send them to the active replica only."""
 
     async def readyz(_: web.Request) -> web.Response:
         if ready():
@@ -145,6 +147,7 @@ def app(
         return web.Response(status=503, text="a standby: another replica is active\n")
 
     async def post(request: web.Request) -> web.Response:
+        received = datetime.now(UTC)
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             return web.Response(status=401, text="a report needs the pod's progress token\n")
@@ -164,7 +167,7 @@ def app(
         kubeflow = request.match_info.route.resource is not None and (
             request.match_info.route.resource.canonical == kubeflow_status.ROUTE
         )
-        status, message = await accept(ns, name, sender, payload, kubeflow)
+        status, message = await accept(ns, name, sender, payload, kubeflow, received)
         if kubeflow and status < 300:  # Kubeflow's server: 200 and a JSON body
             return web.json_response({"message": message}, status=200)
         return web.Response(status=status, text=message + "\n", content_type="text/plain")

@@ -27,6 +27,13 @@ def format_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_precise(t: datetime) -> str:
+    """RFC 3339 with milliseconds (UTC, 'Z'): a report's time, from which step times of a
+    fraction of a second are measured (whole seconds made them 5% off over 20 steps)."""
+    t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
 def parse_time(value: str | None) -> datetime | None:
     """Parse a Kubernetes timestamp; None stays None."""
     if not value:

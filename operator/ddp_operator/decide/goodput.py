@@ -12,12 +12,14 @@ An attempt that ends (a group restart, or the job's end) is accounted once, from
   said a checkpoint beyond the job's best (``highestCheckpoint``). One that never reported, in a
   job that reported before, did not (it died loading, or before its first report). A job that
   has never reported is not judged: nothing is known of its steps;
-* the time it cost, on ``firstFailure``: ``detectedSeconds`` from the failure (the container's
-  end; a stall's last step) to its detection (``detectedAt``), ``recomputeSeconds``, the lost
-  steps at the attempt's seconds per step; once the next attempt shows them
-  (``recovered``), ``runningAgainSeconds`` and ``firstStepSeconds`` from the failure to the
-  group running again and to its first report. ``status.goodput.lostSeconds`` sums each
-  failure's ``firstStepSeconds`` and ``recomputeSeconds``;
+* the time it cost, on ``firstFailure``: ``detectedSeconds`` from the failure (the earlier of
+  the training's last advance, as reported, and the container's end: a hang ended by a
+  collective's own timeout cost all the time it hung) to its detection (``detectedAt``),
+  ``recomputeSeconds``, the lost steps at the attempt's seconds per step; once the next
+  attempt shows them (``recovered``), ``runningAgainSeconds`` and ``firstStepSeconds`` from
+  the failure to the group running again and to its first report.
+  ``status.goodput.lostSeconds`` sums each failure's ``firstStepSeconds`` and
+  ``recomputeSeconds``;
 * ``restartsWithoutProgress``: the attempts in a row since the last that advanced that ended
   without advancing, and where each ended (``diedAt``, as last reported; the resume step for
   one that never reported). A disruption (eviction, preemption, a lost node) neither counts
@@ -111,9 +113,12 @@ def account(
         "restartsWithoutProgress": run,
         "diedAt": died,
     }
-    failed = parse_time(verdict.first.time) or (
-        parse_time((progress or {}).get("advanced")) if reported else None
-    )
+    # The training stopped at the earlier of its last advance and the container's end: a hang
+    # (stall detection off, a collective's own timeout ended it) cost the time it hung.
+    stopped = [parse_time(verdict.first.time)]
+    if reported:
+        stopped.append(parse_time((progress or {}).get("advanced")))
+    failed = min((t for t in stopped if t is not None), default=None)
     step_seconds = (progress or {}).get("stepSeconds") if reported else None
     costs = {
         "lastStep": last,

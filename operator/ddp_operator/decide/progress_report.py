@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .conditions import format_time, parse_time
+from .conditions import format_precise, parse_time
 
 MAX_METRICS = 8
 PHASE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -88,7 +88,7 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
             raise BadReport(f"phaseTimeoutSeconds must be at most {MAX_PHASE_SECONDS}")
         if bound is not None:
             progress["phaseTimeoutSeconds"] = bound
-    progress["updated"] = format_time(now)
+    progress["updated"] = format_precise(now)
     return progress
 
 
