@@ -12,7 +12,7 @@ import pytest
 from ddp_operator.act import claims
 from ddp_operator.api.kube import Kube
 from ddp_operator.decide.failures import NameConflict, StepFailed, classify
-from ddp_operator.manifests import builders
+from ddp_operator.manifests import builders, job_configmap
 from ddp_operator.model.jobspec import JobSpec, resolve
 
 from harness import jobs
@@ -92,3 +92,32 @@ def test_a_foreign_pod_of_a_workers_name_is_named_and_left_alone(
         create(cluster, job(cluster, quiet, "fp"))
     still = cluster.core.read_namespaced_pod("fp-worker-1", quiet)
     assert still.metadata.uid == stranger.metadata.uid and not still.metadata.deletion_timestamp
+
+
+def test_the_attempt_in_the_job_s_configmap_is_set_on_what_was_read_and_never_moved_back(
+    cluster: Cluster, quiet: str
+) -> None:
+    """Issue 53: DDP_ATTEMPT was patched with no precondition, so a replica behind the job
+    could move it back. Now: given on the version read (a change in between is read again),
+    with where to resume, and a later attempt than the one given is refused, saying so."""
+    spec = job(cluster, quiet, "given")
+    kube, name = Kube(cluster.api), f"given{job_configmap.SUFFIX}"
+    resume = {"DDP_RESUME_STEP": "40", "DDP_RESUME_PATH": "/ckpt/40"}
+    assert asyncio.run(claims.give_env(kube, spec, 2, resume=resume))
+    data = cluster.core.read_namespaced_config_map(name, quiet).data
+    assert data["DDP_ATTEMPT"] == "2" and data["DDP_RESUME_STEP"] == "40", data
+    assert asyncio.run(claims.give_env(kube, spec, 3))  # moves on, the resume point kept
+    assert cluster.core.read_namespaced_config_map(name, quiet).data["DDP_ATTEMPT"] == "3"
+    with pytest.raises(StepFailed) as behind:
+        asyncio.run(claims.give_env(kube, spec, 1))
+    assert "it says attempt 3, later: this replica is behind the job" in str(behind.value)
+    assert classify(behind.value).reason == "OperatorError"  # transient: on the job, retried
+    assert cluster.core.read_namespaced_config_map(name, quiet).data["DDP_ATTEMPT"] == "3"
+    # A write on a version read before another's change is refused by the API server.
+    read = asyncio.run(kube.read_configmap(quiet, name))
+    assert read is not None
+    uid, version = read["metadata"]["uid"], read["metadata"]["resourceVersion"]
+    cluster.core.patch_namespaced_config_map(name, quiet, {"data": {"other": "x"}})
+    stale = kube.patch_configmap(quiet, name, uid, {"DDP_ATTEMPT": "9"}, version)
+    assert asyncio.run(stale) is False
+    assert cluster.core.read_namespaced_config_map(name, quiet).data["DDP_ATTEMPT"] == "3"

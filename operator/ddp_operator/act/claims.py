@@ -54,13 +54,17 @@ async def owned(
     """The existing object's metadata, if the job is its controller (NameConflict if not); None
     if it is gone meanwhile."""
     meta = await step(f"reading {kind} {name}", kube.read_metadata(kind, job.namespace, name, api))
-    if meta is None:
-        return None
+    if meta is not None:
+        _the_jobs(job, f"{kind} {name}", meta)
+    return meta
+
+
+def _the_jobs(job: JobSpec, what: str, meta: Mapping[str, Any]) -> None:
+    """NameConflict unless the job is the controller of the object ``meta`` describes."""
     uid, owner = controller(meta)
     if uid != job.uid:
-        reason, message = obstacles.conflict_of(job, [f"{kind} {name}"], owner)
+        reason, message = obstacles.conflict_of(job, [what], owner)
         raise NameConflict(message, previous_job=reason == "WaitingForPreviousJob")
-    return meta
 
 
 async def create_group(
@@ -140,17 +144,28 @@ async def give_env(
 
 
 async def _give(kube: Kube, job: JobSpec, manifest: Manifest, attempt: int) -> bool:
-    """Create the ConfigMap ``manifest``, or give its data to the job's existing one."""
+    """Create the ConfigMap ``manifest``, or give its data to the job's existing one: a
+    compare-and-set on what was read (as a pod's tell is), never moving its attempt back (a
+    replica behind the job's status is refused: StepFailed, on the job)."""
     name = manifest["metadata"]["name"]
     what = f"ConfigMap {name}"
-    for _ in range(2):  # once more if it went between the two calls
+    for _ in range(3):  # again if it went, or changed, between the read and the write
         if await step(f"creating {what}", kube.create_configmap(manifest)):
             return True
-        meta = await owned(kube, job, "ConfigMap", name)
-        if meta is not None:
-            uid = str(meta.get("uid"))
-            patched = kube.patch_configmap(job.namespace, name, uid, manifest["data"])
-            return await step(f"giving attempt {attempt} to {what}", patched)
+        found = await step(f"reading {what}", kube.read_configmap(job.namespace, name))
+        if found is None:
+            continue
+        meta = found.get("metadata") or {}
+        _the_jobs(job, what, meta)
+        given = str((found.get("data") or {}).get(c.ENV_ATTEMPT, ""))
+        if given.isdigit() and int(given) > attempt:
+            behind = Exception(f"it says attempt {given}, later: this replica is behind the job")
+            raise StepFailed(f"giving attempt {attempt} to {what}", behind)
+        patched = kube.patch_configmap(
+            job.namespace, name, str(meta.get("uid")), manifest["data"], meta.get("resourceVersion")
+        )
+        if await step(f"giving attempt {attempt} to {what}", patched):
+            return True
     return False
 
 

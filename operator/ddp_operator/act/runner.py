@@ -53,6 +53,17 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "metadata": {**meta, "annotations": kept} if kept else meta}
 
 
+def newer(known: str | None, seen: str | None) -> str | None:
+    """The job's resourceVersion after an event showing ``seen``: an echo of a version older
+    than the one a write of ours returned (``known``) is not taken, or the next conditional
+    write would conflict for nothing. etcd's versions are integers; others are taken as seen."""
+    if not seen:
+        return known
+    if known and known.isdigit() and seen.isdigit() and int(seen) < int(known):
+        return known
+    return seen
+
+
 def _progress(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return (body.get("status") or {}).get("progress")
 
@@ -103,7 +114,7 @@ class JobRunner:
         that differs in its training's progress only leaves the loop asleep, unless it is an
         attempt's first report (the loop then sets its stall clock: ``hangs``)."""
         old, self.body = self.body, slim(body)
-        self.version = body["metadata"].get("resourceVersion") or self.version
+        self.version = newer(self.version, body["metadata"].get("resourceVersion"))
         first = progress_report.first_of_attempt(_progress(old), _progress(self.body))
         if progress_report.same_but_progress(old, self.body) and not first:
             return

@@ -93,13 +93,25 @@ class Kube(Transport):
         """Create a ConfigMap; False if one of that name exists already."""
         return await self._create("create_configmap", CORE, manifest, plural="configmaps")
 
-    async def patch_configmap(
-        self, namespace: str, name: str, uid: str, data: Mapping[str, str]
-    ) -> bool:
-        """Merge ``data`` into exactly this ConfigMap (its UID a precondition); False if it is
-        gone or was replaced."""
+    async def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap, data included; None if there is none of that name."""
         path = resource_path(CORE, name, namespace=namespace, plural="configmaps")
-        patch = {"metadata": {"uid": uid}, "data": dict(data)}
+        return await self._read("read_configmap", path)
+
+    async def patch_configmap(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        data: Mapping[str, str],
+        version: str | None = None,
+    ) -> bool:
+        """Merge ``data`` into exactly this ConfigMap (its UID a precondition, and its
+        resourceVersion if ``version``: as read); False if it is gone, was replaced or, with
+        ``version``, changed since."""
+        path = resource_path(CORE, name, namespace=namespace, plural="configmaps")
+        meta = {"uid": uid, **({"resourceVersion": version} if version else {})}
+        patch = {"metadata": meta, "data": dict(data)}
         try:
             await self._call("patch_configmap", "PATCH", path, patch, MERGE_PATCH)
         except ApiException as exc:
