@@ -488,3 +488,74 @@ def test_a_hugging_face_trainer_reports_with_no_code_change(
     during = [p for p in seen if 0 < p["step"] < 40]
     assert during and "etaSeconds" in during[0] and "loss" in during[0]["metrics"], seen
     assert "ddp progress" not in log, log  # the script has no reporter of ours
+
+
+LIGHTNING = """
+import time
+import torch
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, TensorDataset
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        time.sleep(0.2)  # a real model's step takes time (no progress code here)
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+saver = pl.callbacks.ModelCheckpoint(dirpath="/tmp/ckpt", every_n_train_steps=10, save_last=True)
+trainer = pl.Trainer(max_steps=40, accelerator="cpu", devices=1, logger=False,
+    enable_progress_bar=False, callbacks=[saver])
+trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+print("TRAINED", flush=True)
+"""
+
+
+def test_a_lightning_script_reports_with_no_code_change(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """A PyTorch Lightning script that never imports ddp_operator: Lightning adds the image's
+    callback by itself (the entry point ``lightning.pytorch.callbacks_factory`` the trainer
+    image declares), which reports each step (of 40) with its loss, and the checkpoints its
+    ModelCheckpoint writes."""
+    ns, name = reporting.ns, "lightning"
+    lib = pylibs.lightning()
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
+    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1)
+    job["spec"]["nodes"] = 1
+    spec = job["spec"]["template"]["spec"]
+    spec["volumes"] = [{"name": "pl", "hostPath": {"path": str(lib), "type": "Directory"}}]
+    trainer = spec["containers"][0]
+    trainer["volumeMounts"] = [{"name": "pl", "mountPath": "/opt/pl", "readOnly": True}]
+    trainer["env"] = [
+        {"name": "SCRIPT", "value": LIGHTNING},
+        {"name": "PYTHONPATH", "value": "/opt/pl:/opt/ddp-operator"},
+        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
+    ]
+    jobs.apply(cluster, job)
+    seen: list[dict[str, Any]] = []
+
+    def finished() -> bool:
+        j = jobs.get(cluster, ns, name) or {}
+        p = (j.get("status") or {}).get("progress") or {}
+        if p and (not seen or seen[-1].get("updated") != p.get("updated")):
+            seen.append(p)
+        return (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    wait_for(finished, timeout=300, interval=0.3, what="the Lightning job to finish")
+    status = (jobs.get(cluster, ns, name) or {})["status"]
+    log = worker_log(cluster, ns, f"{name}-worker-0")
+    assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
+    last = status["progress"]
+    assert (last["step"], last["total"], last["percent"]) == (40, 40, 100.0), last
+    assert "loss" in last["metrics"], last
+    assert [p for p in seen if 0 < p["step"] < 40], seen
+    mark = status.get("checkpoint") or {}
+    assert mark.get("path", "").startswith("/tmp/ckpt/") and mark.get("step", 0) >= 10, status

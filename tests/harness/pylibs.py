@@ -1,7 +1,8 @@
 """Python libraries a test's pods import that the trainer image does not carry (Hugging Face
-transformers and its accelerate, for the Kubeflow-protocol test): installed once from PyPI into
-a folder of the build cache (``pip install --target``, keyed by their versions), which the pods
-mount from the real node (this machine) read-only. The image stays as it is: torch only."""
+transformers and its accelerate, for the Kubeflow-protocol test; PyTorch Lightning): installed
+once from PyPI into a folder of the build cache (``pip install --target``, keyed by their
+versions), which the pods mount from the real node (this machine) read-only. The image stays
+as it is: torch, and no trainer framework."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ CACHE = Path(os.environ.get("DDP_CACHE", Path.home() / ".cache" / "ddp-operator"
 # The trainer image's Python is 3.11, as the test venv's: the wheels fit both.
 TRANSFORMERS = ("transformers==5.24.0",)  # KubeflowCallback: transformers 5.4 and later
 ACCELERATE = ("accelerate==1.13.0", "psutil==7.2.2")  # the Trainer's; its torch is the image's
+LIGHTNING = (  # each alone: their torch is the image's
+    "lightning==2.6.6",
+    "lightning-utilities==0.15.3",
+    "torchmetrics==1.9.0",
+    "fsspec==2026.9.0",
+    "tqdm==4.70.1",
+    "pyyaml==6.0.4",
+    "packaging==26.4",
+    "typing-extensions==4.16.0",
+)
 
 
 def folder(name: str, with_deps: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
@@ -33,7 +44,8 @@ def folder(name: str, with_deps: tuple[str, ...], no_deps: tuple[str, ...] = ())
         work = done.with_name(done.name + ".tmp")
         shutil.rmtree(work, ignore_errors=True)
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(work)]
-        subprocess.run([*pip, *with_deps], check=True, timeout=900)
+        if with_deps:
+            subprocess.run([*pip, *with_deps], check=True, timeout=900)
         if no_deps:
             subprocess.run([*pip, "--no-deps", *no_deps], check=True, timeout=900)
         work.rename(done)
@@ -43,3 +55,8 @@ def folder(name: str, with_deps: tuple[str, ...], no_deps: tuple[str, ...] = ())
 def transformers() -> Path:
     """Hugging Face transformers with its Trainer's accelerate, torch left to the image."""
     return folder("hf", TRANSFORMERS, ACCELERATE)
+
+
+def lightning() -> Path:
+    """PyTorch Lightning, torch left to the image."""
+    return folder("lightning", (), LIGHTNING)
