@@ -242,9 +242,19 @@ def test_failure_policy_with_every_matcher_is_accepted_with_defaults(
     body = ddpjob("policy", namespace, suspend=True, failurePolicy={"rules": rules})
     jobs.apply(cluster, body)
     policy = jobs.get(cluster, namespace, "policy")["spec"]["failurePolicy"]
-    assert policy == {"maxUncountedRestarts": 10, "maxReplacements": 10, "rules": rules}
+    assert policy == {
+        "maxUncountedRestarts": 10,
+        "maxReplacements": 10,
+        "maxRestartsWithoutProgress": 3,
+        "rules": rules,
+    }
     # It may change on a live job.
-    changed = {"maxUncountedRestarts": 0, "maxReplacements": 3, "rules": rules[:1]}
+    changed = {
+        "maxUncountedRestarts": 0,
+        "maxReplacements": 3,
+        "maxRestartsWithoutProgress": 1,
+        "rules": rules[:1],
+    }
     jobs.apply(cluster, ddpjob("policy", namespace, suspend=True, failurePolicy=changed))
     assert jobs.get(cluster, namespace, "policy")["spec"]["failurePolicy"] == changed
 

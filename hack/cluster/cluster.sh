@@ -194,7 +194,7 @@ exists() { [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; }
 build() {
   local t0=$SECONDS image images=""
   log "building the local cluster's binaries and images, or taking them from" \
-    "${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator} (a cold build took 32 minutes on 2 cores, 2026-11-27)"
+    "${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator} (a cold build took 20 minutes on 2 cores, 2026-11-27)"
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
     # The images (downloads, then single-threaded work at nice 10) need none of the Go binaries:
     # on a cold machine they build while the binaries compile (measured: the base image's 9 min
