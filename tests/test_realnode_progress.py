@@ -427,6 +427,38 @@ def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
 
 
+def run_framework_script(
+    cluster: Cluster, ns: str, name: str, image: str, lib: Any, script: str, *env: dict
+) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """A 1-worker job running ``script`` with the libraries of ``lib`` (a host folder, mounted at
+    /opt/lib) on its path, to its end: its status, the progress it showed on the way, its log."""
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
+    job = trainer_job(name, ns, image, args, procsPerNode=1)
+    job["spec"]["nodes"] = 1
+    spec = job["spec"]["template"]["spec"]
+    spec["volumes"] = [{"name": "lib", "hostPath": {"path": str(lib), "type": "Directory"}}]
+    trainer = spec["containers"][0]
+    trainer["volumeMounts"] = [{"name": "lib", "mountPath": "/opt/lib", "readOnly": True}]
+    trainer["env"] = [
+        {"name": "SCRIPT", "value": script},
+        {"name": "PYTHONPATH", "value": "/opt/lib:/opt/ddp-operator"},
+        *env,
+    ]
+    jobs.apply(cluster, job)
+    seen: list[dict[str, Any]] = []
+
+    def finished() -> bool:
+        j = jobs.get(cluster, ns, name) or {}
+        p = (j.get("status") or {}).get("progress") or {}
+        if p and (not seen or seen[-1].get("updated") != p.get("updated")):
+            seen.append(p)
+        return (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    wait_for(finished, timeout=300, interval=0.3, what=f"job {name} to finish")
+    status = (jobs.get(cluster, ns, name) or {})["status"]
+    return status, seen, worker_log(cluster, ns, f"{name}-worker-0")
+
+
 HUGGING_FACE = """
 import time
 import torch
@@ -456,32 +488,10 @@ def test_a_hugging_face_trainer_reports_with_no_code_change(
     updates, which the job shows as progress: its step of 40, ETA and loss on the way, 100% at
     the end."""
     ns, name = reporting.ns, "hugging-face"
-    lib = pylibs.transformers()
-    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
-    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1)
-    job["spec"]["nodes"] = 1
-    spec = job["spec"]["template"]["spec"]
-    spec["volumes"] = [{"name": "hf", "hostPath": {"path": str(lib), "type": "Directory"}}]
-    trainer = spec["containers"][0]
-    trainer["volumeMounts"] = [{"name": "hf", "mountPath": "/opt/hf", "readOnly": True}]
-    trainer["env"] = [
-        {"name": "SCRIPT", "value": HUGGING_FACE},
-        {"name": "PYTHONPATH", "value": "/opt/hf:/opt/ddp-operator"},
-        {"name": "HF_HUB_OFFLINE", "value": "1"},
-    ]
-    jobs.apply(cluster, job)
-    seen: list[dict[str, Any]] = []
-
-    def finished() -> bool:
-        j = jobs.get(cluster, ns, name) or {}
-        p = (j.get("status") or {}).get("progress") or {}
-        if p and (not seen or seen[-1].get("updated") != p.get("updated")):
-            seen.append(p)
-        return (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-    wait_for(finished, timeout=300, interval=0.3, what="the Hugging Face job to finish")
-    status = (jobs.get(cluster, ns, name) or {})["status"]
-    log = worker_log(cluster, ns, f"{name}-worker-0")
+    offline = {"name": "HF_HUB_OFFLINE", "value": "1"}
+    status, seen, log = run_framework_script(
+        cluster, ns, name, images["trainer"], pylibs.transformers(), HUGGING_FACE, offline
+    )
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     last = status["progress"]
     assert (last["step"], last["total"], last["percent"], last["attempt"]) == (40, 40, 100.0, 0)
@@ -527,32 +537,10 @@ def test_a_lightning_script_reports_with_no_code_change(
     image declares), which reports each step (of 40) with its loss, and the checkpoints its
     ModelCheckpoint writes."""
     ns, name = reporting.ns, "lightning"
-    lib = pylibs.lightning()
-    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
-    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1)
-    job["spec"]["nodes"] = 1
-    spec = job["spec"]["template"]["spec"]
-    spec["volumes"] = [{"name": "pl", "hostPath": {"path": str(lib), "type": "Directory"}}]
-    trainer = spec["containers"][0]
-    trainer["volumeMounts"] = [{"name": "pl", "mountPath": "/opt/pl", "readOnly": True}]
-    trainer["env"] = [
-        {"name": "SCRIPT", "value": LIGHTNING},
-        {"name": "PYTHONPATH", "value": "/opt/pl:/opt/ddp-operator"},
-        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
-    ]
-    jobs.apply(cluster, job)
-    seen: list[dict[str, Any]] = []
-
-    def finished() -> bool:
-        j = jobs.get(cluster, ns, name) or {}
-        p = (j.get("status") or {}).get("progress") or {}
-        if p and (not seen or seen[-1].get("updated") != p.get("updated")):
-            seen.append(p)
-        return (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-    wait_for(finished, timeout=300, interval=0.3, what="the Lightning job to finish")
-    status = (jobs.get(cluster, ns, name) or {})["status"]
-    log = worker_log(cluster, ns, f"{name}-worker-0")
+    interval = {"name": "DDP_PROGRESS_INTERVAL", "value": "1"}
+    status, seen, log = run_framework_script(
+        cluster, ns, name, images["trainer"], pylibs.lightning(), LIGHTNING, interval
+    )
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     last = status["progress"]
     assert (last["step"], last["total"], last["percent"]) == (40, 40, 100.0), last
