@@ -2,22 +2,23 @@
 # make test: lint beside the local cluster's build, the cluster up (unless KUBECONFIG is set), the
 # suite, the cluster down again if this run brought it up, then the 25 slowest tests and where
 # the time went against the budget (hack/test_report.py).
-# The suite runs in one pytest session. DDP_TEST_WORKERS=N (N > 0) splits it into three
-# sessions on the one cluster, each test in namespaces of its own:
-#   torch:  the tests that run torch (`node`: real containers; `torch`: kubectl ddp local), one
-#           after another: a few dozen torch processes at once fill 24 GiB;
-#   api:    meanwhile the others (the API server's, and the pure ones), their files spread over
-#           N pytest-xdist workers, one file to a worker;
-#   alone:  then the `serial` tests (they stop, silence or fill what every test shares) and the
-#           `last` ones (they take the real node down), by themselves.
-# On 2 cores the split took longer than one session (docs/development/tests.md): the torch
-# tests are CPU-bound and the others' load slows them. PYTEST_ARGS (make test PYTEST_ARGS=...)
-# goes to every session; a session that selects nothing is fine (exit 5), a run in which no
-# test ran is not.
+# The suite runs in three pytest sessions on the one cluster, each test in namespaces of its own
+# and each session with an operator of its own (docs/development/tests.md):
+#   node:   the tests marked `node` (real containers on the real node), DDP_TEST_WORKERS of them
+#           at a time (default 2; pytest-xdist, one file to a worker): mostly waiting on pods;
+#   api:    meanwhile every other test, one at a time: the API server's (kwok's fake nodes; some
+#           delete, silence or fill the shared fake nodes), `kubectl ddp local`'s (torch on the
+#           host, worker 0's port bound there) and the pure ones;
+#   alone:  then the `serial` tests (they stop the control plane, restart the real node's
+#           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
+#           and the `last` one (it takes the real node down), by themselves.
+# DDP_TEST_WORKERS=0 runs the suite in one session instead. PYTEST_ARGS (make test
+# PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
+# in which no test ran is not.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
-workers="${DDP_TEST_WORKERS:-0}"
+workers="${DDP_TEST_WORKERS:-2}"
 if [[ ! "$workers" =~ ^[0-9]+$ ]]; then
   echo "make test: DDP_TEST_WORKERS must be a whole number (0: one session), not '$workers'" >&2
   exit 2
@@ -74,14 +75,14 @@ session() {
   [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
 }
 if [[ "$workers" -gt 0 ]]; then
-  session torch --quiet -m "(node or torch) and not serial and not last and not docker and not gpu" &
-  torch=$!
-  session api -n "$workers" --dist loadfile \
-    -m "not node and not torch and not serial and not last and not docker and not gpu" || rc=$?
-  wait "$torch" || rc=$?
-  echo "== the torch session, run meanwhile =="
-  cat "$report/torch.log"
-  took "tests: torch, and meanwhile the others ($workers workers)"
+  session node --quiet -n "$workers" --dist loadfile \
+    -m "node and not serial and not last and not docker and not gpu" &
+  node=$!
+  session api -m "not node and not serial and not last and not docker and not gpu" || rc=$?
+  wait "$node" || rc=$?
+  echo "== the real node's tests, run meanwhile =="
+  cat "$report/node.log"
+  took "tests: the real node's ($workers at a time), and meanwhile the others"
   session alone -m "(serial or last) and not docker and not gpu" || rc=$?
   took "tests alone (serial, last)"
 else

@@ -9,7 +9,7 @@ import pytest
 from harness import pods
 from harness.cluster import ROOT, Cluster, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.serial]
+pytestmark = [pytest.mark.cluster]
 
 
 def pod(name: str, gpus: int | None = None, owner: dict | None = None) -> dict:

@@ -16,7 +16,7 @@ import pytest
 
 from harness.cluster import ROOT, Cluster, tool
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800), pytest.mark.serial]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 
 LOCAL_PAGE = ROOT / "docs" / "getting-started" / "local.md"
 SDK_PAGE = ROOT / "docs" / "tasks" / "sdk.md"

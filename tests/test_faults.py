@@ -17,7 +17,7 @@ from harness.operator import OperatorProcess
 from harness.scenario import KINDS, Kubelet, Ledger, ScriptedJob, run_until_done, verify
 from jobs import ddpjob
 
-pytestmark = [pytest.mark.cluster, pytest.mark.serial]
+pytestmark = [pytest.mark.cluster]
 
 
 @pytest.fixture
@@ -122,6 +122,7 @@ def test_a_worker_whose_node_stops_answering_restarts_the_group_elsewhere(
         faults.revive_node(local, node)
 
 
+@pytest.mark.serial
 def test_control_plane_down_and_back_under_a_running_operator(
     local: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:

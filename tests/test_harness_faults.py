@@ -21,7 +21,7 @@ from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
 from harness.scenario import Kubelet, Ledger, ScriptedJob, run_until_done, verify
 
-pytestmark = [pytest.mark.cluster, pytest.mark.serial]
+pytestmark = [pytest.mark.cluster]
 
 NODE = "cpu-node-1"
 GRACE = 20  # node-monitor-grace-period of hack/cluster/kwokctl.yaml
@@ -126,6 +126,7 @@ def test_other_nodes_keep_working_while_one_is_silent(
     assert not pod["spec"].get("nodeName") and pod["status"]["phase"] == "Pending"
 
 
+@pytest.mark.serial
 def test_control_plane_down_and_back(local: Cluster, namespace: str) -> None:
     before = local.core.create_namespaced_config_map(
         namespace, {"metadata": {"name": "before"}, "data": {"k": "v"}}
@@ -200,6 +201,7 @@ def test_scripted_jobs_with_the_operator(
     }
 
 
+@pytest.mark.serial
 def test_kubelet_and_ledger_outlive_an_outage(
     local: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -296,7 +296,8 @@ def test_unreachable_cluster_and_missing_kubeconfig_fail_in_one_line(tmp_path: P
 
 
 def test_bad_manifests_fail_in_one_line(tmp_path: Path) -> None:
-    env = dict(os.environ)
+    """With no cluster to ask: the local checks' refusals (exit 2)."""
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-cluster")}
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("kind: DDPJob\nspec: [unclosed\n")
     one_line_failure(run_ddp("submit", str(bad_yaml), env=env), 2, "not valid YAML")

@@ -11,7 +11,7 @@ from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator"), pytest.mark.serial]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 
 def test_job_gets_a_headless_service_then_wired_workers(cluster: Cluster, namespace: str) -> None:

@@ -31,7 +31,7 @@ from harness.realnode import (
     wait_pod_done,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200), pytest.mark.serial]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
 
 GATEWAY = "198.18.0.1"  # the pod network's bridge on this host: pods reach the operator there
 SCRIPT = "examples/scripts/progress_train.py"

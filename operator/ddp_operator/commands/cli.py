@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     everywhere = (args.progress_address or "").rpartition(":")[0] in ("", "0.0.0.0", "[::]")
     if args.progress_address and everywhere and not args.progress_url:
         top.error("--progress-url is needed: --progress-address listens on every interface")
-    from ..act import handlers  # noqa: F401  (registers the handlers)
+    from ..act import handlers, namespace_observer  # noqa: F401  (registers the handlers)
     from ..act.standby import standby
 
     if args.peering is not None:
@@ -119,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         # kopf logs every handler call; our own lines say what changed.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    namespace_observer.install()
     kopf.run(
         clusterwide=args.all_namespaces,
         namespaces=args.namespaces or (),
