@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from kopf._cogs.structs import references
 from kopf._core.reactor import observation
 
@@ -37,10 +36,7 @@ def served_after(processor, *events: dict) -> set:
 
 def test_kopf_alone_drops_a_namespace_its_watch_lists() -> None:
     """What the fix is for: if kopf ever serves it by itself, the fix can go."""
-    kopf_own = observation.process_discovered_namespace_event
-    if kopf_own is namespace_observer._take_every_listing:
-        pytest.skip("installed in this process already")
-    assert served_after(kopf_own, listed("team-a")) == set()
+    assert served_after(namespace_observer.KOPF_OWN, listed("team-a")) == set()
 
 
 def test_the_watch_s_listing_is_served_as_kopf_serves_its_first_listing() -> None:

@@ -16,6 +16,8 @@ from typing import Any
 
 from kopf._core.reactor import observation
 
+KOPF_OWN = getattr(observation, "process_discovered_namespace_event", None)  # what it replaces
+
 
 async def _take_every_listing(
     *, raw_event: Any, namespaces: Collection[Any], insights: Any, **_: Any
@@ -30,6 +32,6 @@ async def _take_every_listing(
 def install() -> None:
     """Replace kopf's processor of namespace events (before ``kopf.run``). Fails loudly if a
     kopf upgrade renamed what it replaces, so that the fix is looked at again."""
-    if not hasattr(observation, "process_discovered_namespace_event"):
+    if KOPF_OWN is None:
         raise RuntimeError("kopf changed its namespace observer: review act/namespace_observer.py")
     observation.process_discovered_namespace_event = _take_every_listing
