@@ -7,6 +7,8 @@ last attempt says that attempt."""
 from __future__ import annotations
 
 import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -70,13 +72,14 @@ def _restarts(cluster: Cluster, ns: str, job: str) -> int:
 
 
 def _succeeded_in_place(
-    cluster: Cluster, ns: str, job: str, uids: list[str], restarts: int
+    cluster: Cluster, ns: str, job: str, uids: list[str], restarts: int, record: Any = ""
 ) -> dict[str, Any]:
     """The job Succeeded after ``restarts`` in-place restarts, with the pods it started with,
-    and every rank of the last attempt said it."""
+    and every rank of the last attempt said it (``record``: what the workers showed, for a
+    failure to say)."""
     done = jobs.wait_phase(cluster, ns, job, "Succeeded", timeout=300)
     status = done["status"]
-    assert status["restarts"] == restarts == status["inPlaceRestarts"], status
+    assert status["restarts"] == restarts == status["inPlaceRestarts"], f"{status}\n{record}"
     assert status["countedRestarts"] == restarts, status
     assert _uids(cluster, ns, job) == uids
     assert not [e for e in jobs.events(cluster, ns, job) if e["reason"] == "WorkerFailed"]
@@ -100,6 +103,42 @@ def own_operator(cluster: Cluster, crd: str) -> Iterator[tuple[str, list[Operato
     finally:
         ops[-1].stop()
         cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
+class Record:
+    """What each worker showed, every 2 s until stopped: its attempt annotations, its trainer's
+    restart count, and what its watch reads (the volume's attempt and ``given``, its own
+    ``DDP_ATTEMPT``): a restart that never came says, in the failure, whether the kubelet
+    restarted the pod, and what the watch was waiting for."""
+
+    def __init__(self, cluster: Cluster, ns: str, job: str) -> None:
+        self.cluster, self.ns, self.job = cluster, ns, job
+        self.lines: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="record", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(2):
+            for pod in jobs.workers(self.cluster, self.ns, self.job):
+                meta, name = pod["metadata"], pod["metadata"]["name"]
+                told = {k.split("/")[-1]: v for k, v in meta["annotations"].items() if "ddp" in k}
+                counts = {
+                    s["name"]: s["restartCount"] for s in pod["status"].get("containerStatuses", [])
+                }
+                view = self.cluster.kubectl(
+                    *("exec", "-n", self.ns, name, "-c", "ddp-attempt-watch", "--", "/bin/sh"),
+                    "-c",
+                    "echo volume=$(cat /ddp-attempt/attempt)/$(cat /ddp-attempt/given)"
+                    " env=$DDP_ATTEMPT",
+                    check=False,
+                )
+                seen = (view.stdout or view.stderr).strip()[-200:]
+                self.lines.append(f"{time.strftime('%T')} {name} {told} {counts} {seen}")
+
+    def __str__(self) -> str:
+        self.stop.set()
+        return "\n".join(self.lines[-60:])
 
 
 def _told(cluster: Cluster, ns: str, job: str) -> list[str]:
@@ -131,6 +170,7 @@ esac
     job = shell_job("b2b", ns, images["trainer"], script, procsPerNode=2, backoffLimit=3)
     jobs.apply(cluster, job)
     uids = _started(cluster, ns, "b2b")
+    record = Record(cluster, ns, "b2b")
     told_0 = lambda: _told(cluster, ns, "b2b")[0] == "1"  # noqa: E731
     wait_for(told_0, timeout=60, interval=0.02, what="worker 0 told 1")
     with ops[0].paused():
@@ -143,7 +183,7 @@ esac
             what="worker 0 restarted and failed in attempt 1",
         )
         skipped = _told(cluster, ns, "b2b") == ["1", "0"]
-    done = _succeeded_in_place(cluster, ns, "b2b", uids, 2)
+    done = _succeeded_in_place(cluster, ns, "b2b", uids, 2, record)
     first = done["status"]["firstFailure"]
     assert (first["attempt"], first["worker"], first["exitCode"]) == (1, 0, 4), first
     # Told 2 without 1, worker 1 restarted once; told 1 then 2, twice or more (a restart for 1
