@@ -16,7 +16,8 @@ starts it, as a kubelet whose next try succeeds.
 
 ``delete`` deletes a pod (kwok's ``pod-delete`` stage completes the deletion at once) and
 ``lose_node`` deletes a Node object, after which the controller manager's pod garbage collector
-removes the pods bound to it, as after a real node loss; ``restore_nodes`` re-registers them.
+removes the pods bound to it, as after a real node loss (on a node of the test's own: the
+cluster's fake nodes are registered again by every `make cluster-up`, `make demo` too).
 """
 
 from __future__ import annotations
@@ -173,11 +174,6 @@ def delete(cluster: Cluster, ns: str, name: str) -> None:
 def lose_node(cluster: Cluster, node: str) -> None:
     """Take a node away: delete its Node object."""
     cluster.core.delete_node(node)
-
-
-def restore_nodes(cluster: Cluster) -> None:
-    """Register the local cluster's fake nodes again (idempotent)."""
-    cluster.kubectl("apply", "-f", str(NODES_FILE))
 
 
 def trainer_env(cluster: Cluster, pod: dict[str, Any]) -> dict[str, str]:
