@@ -9,7 +9,7 @@ import pytest
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
-from harness.nodes import fake_nodes_namespace
+from harness.nodes import fake_nodes_namespace, on_own_node, own_node
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
@@ -119,21 +119,8 @@ def own_nodes(cluster: Cluster, namespace: str) -> Iterator[list[str]]:
     if not cluster.local:
         pytest.skip("adds and takes away nodes: local cluster only")
     names = [f"own-{namespace}-{i}" for i in range(2)]
-    room = {"cpu": "8", "memory": "16Gi", "pods": "20"}
     for name in names:
-        cluster.core.create_node(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {"kwok.x-k8s.io/node": "fake"},
-                    "labels": {"type": "kwok", "kubernetes.io/hostname": name, OWN_NODE: namespace},
-                },
-                "spec": {"taints": [{"key": OWN_NODE, "value": namespace, "effect": "NoSchedule"}]},
-                "status": {"allocatable": room, "capacity": room},
-            }
-        )
+        cluster.core.create_node(own_node(name, OWN_NODE, namespace))
     try:
         yield names
     finally:
@@ -142,10 +129,7 @@ def own_nodes(cluster: Cluster, namespace: str) -> Iterator[list[str]]:
 
 def test_node_loss_restarts_group(cluster: Cluster, namespace: str, own_nodes: list[str]) -> None:
     job = ddpjob("lost", namespace, nodes=2)
-    job["spec"]["template"]["spec"] |= {
-        "nodeSelector": {OWN_NODE: namespace},
-        "tolerations": [{"key": OWN_NODE, "operator": "Exists", "effect": "NoSchedule"}],
-    }
+    on_own_node(job["spec"]["template"]["spec"], OWN_NODE, namespace)
     jobs.apply(cluster, job)
     ws = wait_running(cluster, namespace, "lost", 2)
     node = ws[1]["spec"]["nodeName"]

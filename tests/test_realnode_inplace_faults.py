@@ -120,24 +120,37 @@ class Record:
 
     def _run(self) -> None:
         while not self.stop.wait(2):
-            for pod in jobs.workers(self.cluster, self.ns, self.job):
-                meta, name = pod["metadata"], pod["metadata"]["name"]
-                told = {k.split("/")[-1]: v for k, v in meta["annotations"].items() if "ddp" in k}
-                counts = {
-                    s["name"]: s["restartCount"] for s in pod["status"].get("containerStatuses", [])
-                }
-                view = self.cluster.kubectl(
-                    *("exec", "-n", self.ns, name, "-c", "ddp-attempt-watch", "--", "/bin/sh"),
-                    "-c",
-                    "echo volume=$(cat /ddp-attempt/attempt)/$(cat /ddp-attempt/given)"
-                    " env=$DDP_ATTEMPT",
-                    check=False,
-                )
-                seen = (view.stdout or view.stderr).strip()[-200:]
-                self.lines.append(f"{time.strftime('%T')} {name} {told} {counts} {seen}")
+            try:
+                self._look()
+            except Exception as exc:  # kept as a line of the record
+                self.lines.append(f"{time.strftime('%T')} {exc!r}")
+
+    def _look(self) -> None:
+        for pod in jobs.workers(self.cluster, self.ns, self.job):
+            meta, name = pod["metadata"], pod["metadata"]["name"]
+            told = {k.split("/")[-1]: v for k, v in meta["annotations"].items() if "ddp" in k}
+            counts = {
+                s["name"]: s["restartCount"] for s in pod["status"].get("containerStatuses", [])
+            }
+            view = self.cluster.kubectl(
+                *("exec", "-n", self.ns, name, "-c", "ddp-attempt-watch", "--", "/bin/sh"),
+                "-c",
+                "echo volume=$(cat /ddp-attempt/attempt)/$(cat /ddp-attempt/given)"
+                " env=$DDP_ATTEMPT",
+                check=False,
+            )
+            seen = (view.stdout or view.stderr).strip()[-200:]
+            self.lines.append(f"{time.strftime('%T')} {name} {told} {counts} {seen}")
+
+    def __enter__(self) -> Record:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Stopped with the test: a thread left running aborted pytest at its exit."""
+        self.stop.set()
+        self.thread.join(timeout=30)
 
     def __str__(self) -> str:
-        self.stop.set()
         return "\n".join(self.lines[-60:])
 
 
@@ -170,29 +183,29 @@ esac
     job = shell_job("b2b", ns, images["trainer"], script, procsPerNode=2, backoffLimit=3)
     jobs.apply(cluster, job)
     uids = _started(cluster, ns, "b2b")
-    record = Record(cluster, ns, "b2b")
-    told_0 = lambda: _told(cluster, ns, "b2b")[0] == "1"  # noqa: E731
-    wait_for(told_0, timeout=60, interval=0.02, what="worker 0 told 1")
-    with ops[0].paused():
-        wait_for(
-            lambda: (
-                _trainer_restarts(cluster, ns, "b2b")[0] == 1
-                and _trainer_ended(cluster, ns, "b2b-worker-0") == 4
-            ),
-            timeout=60,
-            what="worker 0 restarted and failed in attempt 1",
-        )
-        skipped = _told(cluster, ns, "b2b") == ["1", "0"]
-    done = _succeeded_in_place(cluster, ns, "b2b", uids, 2, record)
-    first = done["status"]["firstFailure"]
-    assert (first["attempt"], first["worker"], first["exitCode"]) == (1, 0, 4), first
-    # Told 2 without 1, worker 1 restarted once; told 1 then 2, twice or more (a restart for 1
-    # begun once the ConfigMap said 2 restarts again until the pod is told 2).
-    restarts = _trainer_restarts(cluster, ns, "b2b")
-    if skipped:
-        assert restarts == [2, 1]
-    else:
-        assert restarts[0] == 2 and restarts[1] >= 2, restarts
+    with Record(cluster, ns, "b2b") as record:
+        told_0 = lambda: _told(cluster, ns, "b2b")[0] == "1"  # noqa: E731
+        wait_for(told_0, timeout=60, interval=0.02, what="worker 0 told 1")
+        with ops[0].paused():
+            wait_for(
+                lambda: (
+                    _trainer_restarts(cluster, ns, "b2b")[0] == 1
+                    and _trainer_ended(cluster, ns, "b2b-worker-0") == 4
+                ),
+                timeout=60,
+                what="worker 0 restarted and failed in attempt 1",
+            )
+            skipped = _told(cluster, ns, "b2b") == ["1", "0"]
+        done = _succeeded_in_place(cluster, ns, "b2b", uids, 2, record)
+        first = done["status"]["firstFailure"]
+        assert (first["attempt"], first["worker"], first["exitCode"]) == (1, 0, 4), first
+        # Told 2 without 1, worker 1 restarted once; told 1 then 2, twice or more (a restart for 1
+        # begun once the ConfigMap said 2 restarts again until the pod is told 2).
+        restarts = _trainer_restarts(cluster, ns, "b2b")
+        if skipped:
+            assert restarts == [2, 1]
+        else:
+            assert restarts[0] == 2 and restarts[1] >= 2, restarts
 
 
 def _trainer_ended(cluster: Cluster, ns: str, pod: str) -> int | None:

@@ -87,6 +87,7 @@ class Launches:
         self.todo += [(ROOT / "examples" / f, name) for f, name in EXAMPLES]
         self.applied: list[str] = []
         self.error: BaseException | None = None
+        self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._apply_all, name="launches", daemon=True)
         self.thread.start()
 
@@ -100,7 +101,14 @@ class Launches:
     def _apply_all(self) -> None:
         try:
             for path, name in self.todo:
-                wait_for(lambda: self._running() < WAVE, timeout=900, interval=1, what="a slot")
+                wait_for(
+                    lambda: self.stopped.is_set() or self._running() < WAVE,
+                    timeout=900,
+                    interval=1,
+                    what="a slot",
+                )
+                if self.stopped.is_set():
+                    return
                 self.cluster.kubectl("apply", "-n", self.ns, "-f", str(path))
                 self.applied.append(name)
         except BaseException as exc:  # the tests that wait on a job say it
@@ -145,8 +153,9 @@ def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> It
         launches = Launches(cluster, ns)
         yield launches
     finally:
-        if launches is not None:
-            launches.todo.clear()
+        if launches is not None:  # a thread left running aborted pytest at its exit
+            launches.stopped.set()
+            launches.thread.join(timeout=60)
         cluster.core.delete_namespace(ns, propagation_policy="Background")
 
 
