@@ -15,7 +15,6 @@ from kubernetes import client
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running
-from harness.nodes import on_own_node, own_node
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
@@ -166,7 +165,18 @@ def old_node(cluster: Cluster, namespace: str):
         "lastHeartbeatTime": now,
         "lastTransitionTime": now,
     }
-    node = own_node(name, OLD, namespace, {"conditions": [ready]})
+    room = {"cpu": "8", "memory": "16Gi", "pods": "20"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, OLD: namespace},
+        },
+        "spec": {"taints": [{"key": OLD, "value": namespace, "effect": "NoSchedule"}]},
+        "status": {"allocatable": room, "capacity": room, "conditions": [ready]},
+    }
     cluster.core.create_node(node)
     try:
         got = json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
@@ -185,7 +195,10 @@ def test_where_no_node_declares_the_feature_the_job_falls_back_to_recreate_sayin
     """The scheduler finds no node for in-place pods: the job says so (InPlaceRestart=False),
     its pods are built again without, run, and a failure recreates the group."""
     job = ddpjob("old", namespace, nodes=2)  # InPlace, the default
-    on_own_node(job["spec"]["template"]["spec"], OLD, namespace)
+    job["spec"]["template"]["spec"] |= {
+        "nodeSelector": {OLD: namespace},
+        "tolerations": [{"key": OLD, "operator": "Exists", "effect": "NoSchedule"}],
+    }
     jobs.apply(cluster, job)
     done = jobs.wait_condition(cluster, namespace, "old", "InPlaceRestart", status="False")
     cond = jobs.condition(done, "InPlaceRestart")

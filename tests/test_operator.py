@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.jobs import wait_running, workers
-from harness.nodes import fake_nodes_namespace, on_own_node, own_node
+from harness.nodes import fake_nodes_namespace
 from harness.operator import OperatorProcess
 from jobs import ddpjob
 
@@ -108,35 +106,15 @@ def test_deleted_worker_restarts_group(cluster: Cluster, namespace: str) -> None
     assert jobs.get(cluster, namespace, "del")["status"]["restarts"] == 1
 
 
-OWN_NODE = "ddp-operator.io/test-own-node"
-
-
-@pytest.fixture
-def own_nodes(cluster: Cluster, namespace: str) -> Iterator[list[str]]:
-    """Two kwok nodes of this test's own (kwok makes them Ready), tainted so that only its pods
-    go there: losing one disturbs no other test, and nothing that registers the cluster's fake
-    nodes again (`make demo` beside it) brings it back."""
-    if not cluster.local:
-        pytest.skip("adds and takes away nodes: local cluster only")
-    names = [f"own-{namespace}-{i}" for i in range(2)]
-    for name in names:
-        cluster.core.create_node(own_node(name, OWN_NODE, namespace))
-    try:
-        yield names
-    finally:
-        cluster.kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false")
-
-
-def test_node_loss_restarts_group(cluster: Cluster, namespace: str, own_nodes: list[str]) -> None:
-    job = ddpjob("lost", namespace, nodes=2)
-    on_own_node(job["spec"]["template"]["spec"], OWN_NODE, namespace)
-    jobs.apply(cluster, job)
+def test_node_loss_restarts_group(cluster: Cluster, namespace: str, pool: str) -> None:
+    """On the test's own pool of fake nodes: losing one disturbs no other test, and nothing that
+    registers the cluster's fake nodes again (`make demo` beside it) brings it back."""
+    jobs.apply(cluster, ddpjob("lost", namespace, nodes=2, template=pods.on_pool(pool)))
     ws = wait_running(cluster, namespace, "lost", 2)
     node = ws[1]["spec"]["nodeName"]
-    assert node in own_nodes, node
     pods.lose_node(cluster, node)
     again = wait_running(cluster, namespace, "lost", 2, attempt=1, timeout=150)
-    assert {w["spec"]["nodeName"] for w in again} <= set(own_nodes) - {node}, again
+    assert node not in {w["spec"]["nodeName"] for w in again}
 
 
 def test_active_deadline_fails_the_job(cluster: Cluster, namespace: str) -> None:

@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from test_realnode_jobs import assert_all_ranks
 
+from ddp_operator.manifests.inplace_pod import ATTEMPT_DIR
+from ddp_operator.model import constants as c
+
 from harness import jobs
 from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
@@ -133,10 +136,9 @@ class Record:
                 s["name"]: s["restartCount"] for s in pod["status"].get("containerStatuses", [])
             }
             view = self.cluster.kubectl(
-                *("exec", "-n", self.ns, name, "-c", "ddp-attempt-watch", "--", "/bin/sh"),
-                "-c",
-                "echo volume=$(cat /ddp-attempt/attempt)/$(cat /ddp-attempt/given)"
-                " env=$DDP_ATTEMPT",
+                *("exec", "-n", self.ns, name, "-c", c.WATCH_CONTAINER, "--", "/bin/sh", "-c"),
+                f"echo volume=$(cat {ATTEMPT_DIR}/attempt)/$(cat {ATTEMPT_DIR}/given)"
+                f" env=${c.ENV_ATTEMPT}",
                 check=False,
             )
             seen = (view.stdout or view.stderr).strip()[-200:]

@@ -92,11 +92,11 @@ class Launches:
         self.thread.start()
 
     def _running(self) -> int:
-        return sum(
-            ((jobs.get(self.cluster, self.ns, n) or {}).get("status") or {}).get("phase")
-            not in FINISHED
-            for n in self.applied
+        """The namespace's jobs (all of them applied here) not yet finished."""
+        listed = self.cluster.custom.list_namespaced_custom_object(
+            jobs.GROUP, jobs.VERSION, self.ns, jobs.PLURAL
         )
+        return sum((j.get("status") or {}).get("phase") not in FINISHED for j in listed["items"])
 
     def _apply_all(self) -> None:
         try:
@@ -180,9 +180,7 @@ def test_every_launch_style_gets_its_workers_on_the_real_node(
         for i in range(nodes):
             name = f"{style}-worker-{i}"
             wait_for(
-                lambda n=name: (
-                    (pod := cluster.core.read_namespaced_pod(n, launched.ns)).spec.node_name and pod
-                ),
+                lambda n=name: cluster.core.read_namespaced_pod(n, launched.ns).spec.node_name,
                 what=f"{name} scheduled",
             )
         _on_the_real_node(cluster, launched.ns, style)

@@ -122,31 +122,3 @@ ON_FAKE_NODES: dict[str, str] = {
 def fake_nodes_namespace(name: str) -> dict[str, Any]:
     """A Namespace whose pods land on the fake nodes (kwok), whatever their spec asks."""
     return {"metadata": {"name": name, "annotations": ON_FAKE_NODES}}
-
-
-def own_node(
-    name: str, key: str, value: str, status: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A kwok node of one test's own: labelled and tainted ``key=value``, so that only pods that
-    select and tolerate it go there. Without conditions in ``status``, kwok makes it Ready (and
-    declares its features: manifests/stages.yaml)."""
-    room = {"cpu": "8", "memory": "16Gi", "pods": "20"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"type": "kwok", HOSTNAME: name, key: value},
-        },
-        "spec": {"taints": [{"key": key, "value": value, "effect": "NoSchedule"}]},
-        "status": {"allocatable": room, "capacity": room, **(status or {})},
-    }
-
-
-def on_own_node(template_spec: dict[str, Any], key: str, value: str) -> None:
-    """Send a pod template's pods to the nodes ``own_node`` made with ``key=value``."""
-    template_spec |= {
-        "nodeSelector": {key: value},
-        "tolerations": [{"key": key, "operator": "Exists", "effect": "NoSchedule"}],
-    }

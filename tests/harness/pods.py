@@ -16,8 +16,8 @@ starts it, as a kubelet whose next try succeeds.
 
 ``delete`` deletes a pod (kwok's ``pod-delete`` stage completes the deletion at once) and
 ``lose_node`` deletes a Node object, after which the controller manager's pod garbage collector
-removes the pods bound to it, as after a real node loss (on a node of the test's own: the
-cluster's fake nodes are registered again by every `make cluster-up`, `make demo` too).
+removes the pods bound to it, as after a real node loss (a node of the test's ``pool``: the
+cluster's shared fake nodes are registered again by every `make cluster-up`, `make demo` too).
 """
 
 from __future__ import annotations
