@@ -4,8 +4,9 @@ Usage: test_report.py REPORT_DIR TOTAL_SECONDS STEP=SECONDS...  (hack/test.sh). 
 XML files pytest wrote into REPORT_DIR, one per session. Prints the 25 slowest tests of all
 sessions, the 15 test files that took longest (their tests' seconds summed, setup included), the
 seconds of each step, the whole run against the budget (15 minutes warm, 35 cold:
-a run whose build took over a minute was cold), and a closing line ``N passed, N failed``. Exits
-1 when no test ran at all.
+a run whose build took over a minute was cold), then, last so that the tail of a CI log shows
+them, the tests that failed and a closing line ``N passed, N failed``. Exits 1 when no test ran
+at all.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def main(argv: list[str]) -> int:
         f"{minutes(total):>8}  in all: {verdict} the {'cold' if cold else 'warm'} budget "
         f"of {minutes(budget)}"
     )
+    failed = [name for name, _, outcome in found if outcome in ("failed", "error")]
+    if failed:
+        print("\n== make test: failed ==")
+        for name in failed:
+            print(f"  {name}")
     outcomes = [outcome for _, _, outcome in found]
     counts = {o: outcomes.count(o) for o in ("passed", "failed", "error", "skipped")}
     print(

@@ -1,5 +1,6 @@
 """hack/test_report.py, make test's closing report: the slowest tests of every session, the
-steps' seconds, the budget a run is held to, and a failed run when no test ran."""
+steps' seconds, the budget a run is held to, the failed tests last, and a failed run when no
+test ran."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def test_the_slowest_tests_of_every_session_the_steps_and_the_warm_budget(tmp_pa
     files = lines[lines.index("== make test: the 15 slowest files ==") + 1 :][:1]
     assert files == ["2m13s  tests.test_x (4 tests)"], files
     assert "11m40s  in all: within the warm budget of 15m00s" in lines
-    assert lines[-1] == "2 passed, 1 failed, 1 skipped"
+    failed = lines[lines.index("== make test: failed ==") + 1 :]
+    assert failed == ["tests.test_x::test_c", "", "2 passed, 1 failed, 1 skipped"], failed
 
 
 def test_a_run_whose_build_built_is_held_to_the_cold_budget(tmp_path: Path) -> None:
@@ -53,6 +55,7 @@ def test_a_run_whose_build_built_is_held_to_the_cold_budget(tmp_path: Path) -> N
     done = report(tmp_path, 2400, "lint=20", "build (beyond lint)=1500")
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert "40m00s  in all: OVER the cold budget of 35m00s" in lines
+    assert "== make test: failed ==" not in lines
 
 
 def test_a_run_in_which_no_test_ran_fails(tmp_path: Path) -> None:
