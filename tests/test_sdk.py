@@ -4,11 +4,14 @@ node: test_realnode_progress; the manifest's options: test_sdk_manifest)."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from pathlib import Path
 
 import pytest
 
 from ddp_operator.decide import presence
+from ddp_operator.model.constants import DEFAULT_MASTER_PORT
 from ddp_operator.sdk import Client, JobFailed, LocalClient, SDKError, job_manifest
 
 from harness.cluster import Cluster
@@ -57,10 +60,19 @@ def test_bad_input_is_refused_before_anything_runs() -> None:
 
 @pytest.mark.torch
 def test_the_local_backend_runs_waits_logs_and_reports_progress() -> None:
+    """Its rendezvous port taken on this machine (by another local run, say), the job runs on
+    another and says so."""
     client = LocalClient()
-    name = client.train(allreduce_and_report, nodes=2, procs_per_node=2, name="local-sdk")
-    streamed = list(client.stream(name))  # as they come, until the processes end
-    assert sum("SUM 10" in line for line in streamed) == 4, streamed
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past earlier runs' TIME_WAIT
+        with contextlib.suppress(OSError):  # taken already: as well
+            taken.bind(("", DEFAULT_MASTER_PORT))
+            taken.listen()
+        name = client.train(allreduce_and_report, nodes=2, procs_per_node=2, name="local-sdk")
+        streamed = list(client.stream(name))  # as they come, until the processes end
+    assert sum("SUM 10" in line for line in streamed) == 4, "\n".join(streamed)
+    said = f"the rendezvous port {DEFAULT_MASTER_PORT} (spec.masterPort) is in use"
+    assert any(said in line for line in streamed), "\n".join(streamed)
     job = client.wait(name, timeout=180)
     assert job["status"]["phase"] == "Succeeded"
     logs = client.logs(name)
