@@ -92,22 +92,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     return report
 
 
-HOST_RENDEZVOUS = "host-rendezvous"  # the lock of torch's rendezvous ports on this host
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_group_on_the_host(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A ``torch`` test's processes (local runs: worker 0's store listens on this host's port
-    29500) run while no other session's do (the docs' SDK page runs a local job as written);
-    a local run that finds the port taken moves to another, but two starting at once would
-    both find it free."""
-    if request.node.get_closest_marker("torch") is None:
-        yield
-        return
-    with exclusively(HOST_RENDEZVOUS):
-        yield
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The cluster of this test session."""

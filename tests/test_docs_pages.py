@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import HOST_RENDEZVOUS
 
-from harness.cluster import ROOT, Cluster, exclusively, tool
+from harness.cluster import ROOT, Cluster, tool
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 
@@ -112,8 +111,7 @@ def test_the_sdk_page_runs_as_written(cluster: Cluster, demo: str) -> None:
     assert snippets
     env = user_env() | {"KUBECONFIG": str(cluster.kubeconfig)}
     before = set(cluster.kubectl("get", "ddpj", "-n", "default", "-o", "name").stdout.split())
-    with exclusively(HOST_RENDEZVOUS):  # its LocalClient job, as the torch tests' (conftest)
-        for snippet in snippets:
-            run([sys.executable, "-c", snippet], env, timeout=600)
+    for snippet in snippets:
+        run([sys.executable, "-c", snippet], env, timeout=600)
     after = set(cluster.kubectl("get", "ddpj", "-n", "default", "-o", "name").stdout.split())
     assert after <= before, f"the snippets left {after - before}"

@@ -5,19 +5,17 @@ the kubelet does), env and workingDir, with this Python environment's ``bin/`` f
 The image is not used. Each worker runs in a private mount and UTS namespace (``unshare``) with
 its own ``/etc/hosts`` and hostname, so the workers' DNS names resolve (each worker to its own
 loopback address) exactly as scripts expect; where namespaces are not available the DNS names in
-the env are rewritten to loopback addresses instead, and the run says so. All workers share this
-machine's ports (torch's rendezvous store listens on every address), so a run whose rendezvous
-port is taken here (another local run, another program) takes a free one instead and says so.
+the env are rewritten to loopback addresses instead, and the run says so. A run whose rendezvous
+port is taken here (by another local run, by another program) takes a free one and says so
+(``local_port``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +32,7 @@ from ..manifests import builders, worker_env
 from ..manifests.worker_env import expand
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
+from . import local_port
 
 
 def loopback(index: int) -> str:
@@ -76,34 +75,6 @@ def worker_processes(job: JobSpec, base_env: Mapping[str, str]) -> list[WorkerPr
             )
         )
     return procs
-
-
-def port_free(port: int) -> bool:
-    """Whether this machine can listen on ``port`` (every address, as torch's store does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(
-            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
-        )  # as the store; TIME_WAIT is free
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-        return True
-
-
-def with_free_port(job: JobSpec) -> tuple[JobSpec, str | None]:
-    """The job as it runs here: its own rendezvous port when free, else one the kernel picks,
-    with the line that says so (scripts read the port from ``MASTER_PORT`` and torchrun's env)."""
-    if port_free(job.master_port):
-        return job, None
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        port = probe.getsockname()[1]
-    said = (
-        f"warning: the rendezvous port {job.master_port} (spec.masterPort) is in use on this "
-        f"machine; this run uses {port}"
-    )
-    return dataclasses.replace(job, master_port=port), said
 
 
 def hosts_file(job: JobSpec) -> str:
@@ -252,7 +223,17 @@ def run(
     env = dict(os.environ if base_env is None else base_env)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
-    job, moved = with_free_port(job)
+    with local_port.reserved(job) as (job, moved):
+        return _run(job, out, env, moved, started)
+
+
+def _run(
+    job: JobSpec,
+    out: IO[str],
+    env: dict[str, str],
+    moved: str | None,
+    started: Callable[[LocalRun], None] | None,
+) -> Outcome:
     specs = worker_processes(job, env)
     runner = LocalRun(job, out)
     if moved:
