@@ -497,7 +497,10 @@ def test_a_hugging_face_trainer_reports_with_no_code_change(
     assert (last["step"], last["total"], last["percent"], last["attempt"]) == (40, 40, 100.0, 0)
     assert last["etaSeconds"] == 0 and "loss" in last["metrics"], last
     during = [p for p in seen if 0 < p["step"] < 40]
-    assert during and "etaSeconds" in during[0] and "loss" in during[0]["metrics"], seen
+    assert during and "etaSeconds" in during[0], seen
+    # The callback sends the loss from the step after its first logging step (5) on: an update
+    # at step 5 itself, seen first under load, has none yet.
+    assert any("loss" in p["metrics"] for p in during), seen
     assert "ddp progress" not in log, log  # the script has no reporter of ours
 
 
