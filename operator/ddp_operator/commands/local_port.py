@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import os
 import socket
 import tempfile
@@ -54,7 +55,7 @@ def reserved(job: JobSpec) -> Iterator[tuple[JobSpec, str | None]]:
     ends. Raises OSError when no port can be had."""
     folder = _locks()
     folder.mkdir(mode=0o700, exist_ok=True)
-    for port in [job.master_port, *(_kernel_pick() for _ in range(TRIES))]:
+    for port in itertools.chain([job.master_port], (_kernel_pick() for _ in range(TRIES))):
         lock = folder / str(port)
         held = lock.open("w")
         try:
