@@ -11,17 +11,12 @@ from pathlib import Path
 from ddp_operator.commands import local_port
 from ddp_operator.model.jobspec import resolve
 
+from harness.operator import free_port
 from jobs import ddpjob
 
 
 def job_on(port: int):
     return resolve(ddpjob("j", "ns", nodes=2, masterPort=port))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def test_a_free_port_is_the_jobs_own() -> None:
