@@ -257,23 +257,71 @@ def test_a_pass_asked_for_at_once_is_not_put_off_by_a_later_ask() -> None:
     assert plan.requeue_after == 0.0
 
 
-def test_a_pod_still_restarting_is_told_no_later_attempt_until_it_has_restarted() -> None:
+def test_a_pod_still_restarting_holds_back_every_tell_of_a_later_attempt() -> None:
     """A worker that fails while its group restarts: worker 0 restarted for attempt 1 and
-    failed at once, worker 1 told attempt 1 but not yet restarted. Attempt 2 is decided; worker
-    1 is told it only once its restart for attempt 1 shows."""
+    failed at once, worker 1 told attempt 1 but not yet restarted. Attempt 2 is decided, but no
+    pod is told it (and the ConfigMap keeps 1) until worker 1 has restarted: its containers
+    would take attempt 2 from the ConfigMap while its annotation says 1."""
     pods = [
         worker(0, told=1, restarts=1, told_at=NOW, counted=0, trainer=exited(3)),
         worker(1, told=1, restarts=0, told_at=NOW, counted=0),
     ]
     plan = reconcile.plan(JOB, {"restarts": 1}, pods, NOW + timedelta(seconds=5))
-    assert plan.attempt == 2 and [p.name for p in plan.tell] == ["j-worker-0"]
+    assert plan.attempt == 2 and plan.tell == [] and not plan.delete
     assert inplace.state(pods[1], 2, pods[0]) == inplace.RESTARTING
-    restarted = [
-        worker(0, told=2, restarts=2, told_at=NOW, counted=1),
-        worker(1, told=1, restarts=1, told_at=NOW, counted=0),
-    ]
+    assert inplace.holder(pods, 2) is pods[1]
+    restarted = [pods[0], worker(1, told=1, restarts=1, told_at=NOW, counted=0)]
     later = reconcile.plan(JOB, plan.status, restarted, NOW + timedelta(seconds=9))
-    assert [p.name for p in later.tell] == ["j-worker-1"] and later.attempt == 2
+    assert [p.name for p in later.tell] == ["j-worker-0", "j-worker-1"] and later.attempt == 2
+
+
+def test_a_pod_whose_containers_start_again_holds_back_the_next_attempt() -> None:
+    """The back-to-back flake (tests page, runs 4, 9, 11, 19): worker 1's restart for attempt 1
+    had begun (its restart count moved) but its containers had not started when worker 0 failed
+    again; told attempt 2 then, with the ConfigMap saying 2, its containers started on 2, the
+    count it was told at already held that restart, and none came after: after 70 s the group
+    was recreated. Now nobody is told 2 until worker 1's containers run (on attempt 1); told 2
+    then, its watch restarts it once more, and the count shows it."""
+    creating = {"waiting": {"reason": "ContainerCreating"}}
+    failed = worker(0, told=1, restarts=1, told_at=NOW, counted=0, trainer=exited(3))
+    starting = worker(1, told=1, restarts=1, told_at=NOW, counted=0, watch_state=creating)
+    assert not starting.restart_pending and not starting.started
+    assert inplace.state(starting, 1) == inplace.RUNS  # restarted for 1, as far as counts go
+    soon = NOW + timedelta(seconds=2)
+    plan = reconcile.plan(JOB, {"restarts": 1}, [failed, starting], soon)
+    assert plan.attempt == 2 and plan.tell == [] and not plan.delete
+    trainer_waits = worker(1, told=1, restarts=1, told_at=NOW, counted=0, trainer=creating)
+    assert inplace.holder([failed, trainer_waits], 2) is trainer_waits
+    # Its watch never starts: the group is recreated once the restart's time is out, saying so.
+    conds = plan.status["conditions"]
+    late = soon + timedelta(seconds=121)
+    assert inplace.stuck([failed, starting], 2, {"conditions": conds}, late, 120) == [
+        f"j-worker-{i} was not given attempt 2 within 120s "
+        "(j-worker-1 never started again for attempt 1)"
+        for i in (0, 1)
+    ]
+    up = worker(1, told=1, restarts=1, told_at=NOW, counted=0)
+    later = reconcile.plan(JOB, plan.status, [failed, up], soon + timedelta(seconds=3))
+    assert [p.name for p in later.tell] == ["j-worker-0", "j-worker-1"]
+    # Told 2 at count 1, its watch (on 1) restarts it: the count moves past 1, and it runs 2.
+    told = worker(1, told=2, restarts=1, told_at=soon, counted=1)
+    assert inplace.state(told, 2) == inplace.RESTARTING
+    assert inplace.state(worker(1, told=2, restarts=2, told_at=soon, counted=1), 2) == inplace.RUNS
+
+
+def test_a_pod_created_and_not_yet_started_holds_back_the_first_restart() -> None:
+    """A group's worker still starting its containers (pulling its image) when another fails:
+    told attempt 1 then, it would start on 1 from the ConfigMap, with no restart to count."""
+    pulling = worker(
+        1,
+        phase="Pending",
+        trainer={"waiting": {"reason": "ContainerCreating"}},
+        watch_state={"waiting": {"reason": "ContainerCreating"}},
+    )
+    plan = reconcile.plan(JOB, {}, [worker(0, trainer=exited(3)), pulling], NOW)
+    assert plan.attempt == 1 and plan.tell == [] and not plan.delete
+    started = reconcile.plan(JOB, plan.status, [worker(0, trainer=exited(3)), worker(1)], NOW)
+    assert [p.name for p in started.tell] == ["j-worker-0", "j-worker-1"]
 
 
 def test_a_pod_told_a_later_attempt_than_the_next_restarts_once() -> None:

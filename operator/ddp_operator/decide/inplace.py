@@ -5,7 +5,7 @@ The job's attempt is ``status.restarts``, moved on by ``failure_policy`` and wri
 pod hears of it. In that attempt, each in-place pod of the group is in one ``state``::
 
     WAITS ──worker 0's old trainer ended──▶ TO_TELL ──told──▶ RESTARTING ──restarted──▶ RUNS
-                                                                  │
+    HELD ──no pod restarts for an earlier attempt──┘              │
                                             not restarted within ``limit`` of being told:
                                             stuck, the group is recreated (``stuck``)
 
@@ -22,6 +22,13 @@ pod hears of it. In that attempt, each in-place pod of the group is in one ``sta
 * **one tell per restart**: a pod still RESTARTING is told no later attempt until its restart
   shows: a restart already under way may have started its containers with the attempt before,
   and counted for the later one it would let the group run with the pod still to restart.
+* **no new attempt while a pod starts**: no pod is told an attempt (and the ConfigMap keeps the
+  one before) while a pod of the group still restarts for an earlier one, or starts: told and
+  not restarted, or its containers not all started again (``restarting_before``; the others are
+  HELD). Its containers take ``DDP_ATTEMPT`` from the ConfigMap as they start: moved on, they
+  would start on the new attempt while the pod's annotation says the one before, and once told,
+  its watch would see nothing new; the restart the operator waits for would never come, and the
+  group be recreated (seen on the real node, about one CI run in five).
 * **deadlines per pod**: a RESTARTING pod's from when it was told, a WAITING pod's from when
   worker 0 was told this attempt (not yet told it: from the job's Restarting condition); never
   a tell of an earlier attempt's time, nor the condition's for a pod told (a second failure
@@ -50,6 +57,7 @@ RUNS = "runs"  # its containers run the attempt: created in it, or restarted for
 TO_TELL = "to tell"  # to be told the attempt now
 WAITS = "waits"  # to be told once worker 0's trainer of an earlier attempt has ended
 RESTARTING = "restarting"  # told an attempt; its kubelet has yet to restart it
+HELD = "held"  # to tell once no pod of the group restarts for an earlier attempt
 OUT = "out"  # not an in-place pod, or going: the group cannot restart in place with it
 NUDGE_SECONDS = 5  # a kubelet restarts a told pod in 1-3 s (measured); a deaf trainer: grace
 NUDGE_AGAIN_SECONDS = 20
@@ -77,9 +85,25 @@ def _master(pods: Sequence[WorkerPod]) -> WorkerPod | None:
     return next((p for p in pods if p.index == 0), None)
 
 
+def restarting_before(pod: WorkerPod, attempt: int) -> bool:
+    """Whether an in-place pod still restarts for an attempt before ``attempt``: told one and
+    not restarted, or its containers (created, or restarted) not all started; it would read
+    ``attempt`` from the ConfigMap as they start."""
+    if not pod.in_place or pod.deleting or pod.phase in c.FINISHED_PHASES:
+        return False
+    return pod.attempt_now < attempt and (pod.restart_pending or not pod.started)
+
+
+def holder(current: Iterable[WorkerPod], attempt: int) -> WorkerPod | None:
+    """The first pod of the group that holds back every tell of ``attempt``, if any."""
+    return next((p for p in current if restarting_before(p, attempt)), None)
+
+
 def to_tell(current: Iterable[WorkerPod], attempt: int) -> list[WorkerPod]:
     """The group's pods to tell ``attempt`` now."""
     current = list(current)
+    if holder(current, attempt) is not None:
+        return []
     master = _master(current)
     return [p for p in current if state(p, attempt, master) == TO_TELL]
 
@@ -114,15 +138,17 @@ def _deadlines(
     """(pod, state, deadline) of each pod RESTARTING or WAITING. A pod told by an operator
     that wrote no told-at is timed from the job's Restarting condition."""
     current = list(current)
-    master = _master(current)
+    master, held = _master(current), holder(current, attempt) is not None
     cond = condition(status.get("conditions") or [], c.COND_RESTARTING) or {}
     fallback = parse_time(cond.get("lastTransitionTime")) if cond.get("status") == "True" else None
     found = []
     for pod in current:
         now_state = state(pod, attempt, master)
+        if now_state == TO_TELL and held:
+            now_state = HELD
         if now_state == RESTARTING:
             since = parse_time(pod.told_at) or fallback
-        elif now_state == WAITS and master is not None:
+        elif now_state in (WAITS, HELD) and master is not None:
             told = master.attempt_now >= attempt  # worker 0 was told this attempt
             since = (parse_time(master.told_at) if told else None) or fallback
         else:
@@ -142,9 +168,16 @@ def stuck(
     """Why the restart is stuck, pod by pod, past its deadline: told, but its kubelet has not
     restarted it (no RestartAllContainers, or a status that never showed it: seen once on the
     real node); or never told, worker 0's old trainer never seen ending."""
+    current = list(current)
     found = []
     for pod, now_state, due in _deadlines(current, attempt, status, seconds):
         if now < due:
+            continue
+        if now_state == HELD and (first := holder(current, attempt)) is not None:
+            found.append(
+                f"{pod.name} was not given attempt {attempt} within {seconds}s ({first.name} "
+                f"never started again for attempt {first.attempt_now})"
+            )
             continue
         if now_state == WAITS:
             found.append(

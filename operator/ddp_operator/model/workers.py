@@ -53,6 +53,7 @@ class WorkerPod:
     reran: int = 0
     failed_in_place: bool = False
     watching: bool = False  # its watch runs: it can restart in place, whatever its trainer did
+    started: bool = False  # its watch runs and its trainer was created: both read DDP_ATTEMPT
     finishing: bool = False  # told that the job has finished: its watch ends
     trainer_running: bool = False
     watch_backoff: str | None = None  # its watch waits out the kubelet's crash-loop back-off
@@ -127,7 +128,8 @@ def _in_place(
         pending = restarted <= told_restarts
     else:
         pending = restarted < told - attempt
-    ended = (cs.get("state") or {}).get("terminated")
+    trainer_state = cs.get("state") or {}
+    ended = trainer_state.get("terminated")
     watching = status.get("phase") == "Running" and "running" in (watch.get("state") or {})
     found: dict[str, Any] = {
         "in_place": True,
@@ -138,7 +140,8 @@ def _in_place(
         "restarted": restarted,
         "reran": int(watch.get("restartCount") or 0),
         "watching": watching,
-        "trainer_running": "running" in (cs.get("state") or {}),
+        "started": watching and bool(trainer_state) and "waiting" not in trainer_state,
+        "trainer_running": "running" in trainer_state,
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
         "watch_broken": ps.cannot_start(watch, c.WATCH_LACKS_EXIT_CODE),
         "watch_backoff": ps.backing_off(watch),
