@@ -214,7 +214,7 @@ def worker(job: str, index: int, attempt: int, uid: str, phase: str = "Running")
     labels = {
         "ddp-operator.io/job-name": job,
         "ddp-operator.io/worker-index": str(index),
-        "ddp-operator.io/attempt": str(attempt),
+        "ddp-operator.io/created-in-attempt": str(attempt),
     }
     meta = {"name": f"{job}-worker-{index}", "uid": uid, "labels": labels}
     return {"metadata": meta, "status": {"phase": phase}}

@@ -24,7 +24,9 @@ def pod(attempt: int = 2, **spec):
 def test_the_attempt_is_an_annotation_and_ddp_attempt_comes_from_the_jobs_configmap() -> None:
     p = pod()
     assert p["metadata"]["annotations"]["ddp-operator.io/attempt"] == "2"
-    assert p["metadata"]["labels"]["ddp-operator.io/attempt"] == "2"
+    # One key, one meaning: the attempt it runs (annotation), the one it was created in (label).
+    assert p["metadata"]["labels"]["ddp-operator.io/created-in-attempt"] == "2"
+    assert "ddp-operator.io/attempt" not in p["metadata"]["labels"]
     env = {e["name"]: e for e in p["spec"]["containers"][0]["env"]}
     assert env["DDP_ATTEMPT"] == {
         "name": "DDP_ATTEMPT",

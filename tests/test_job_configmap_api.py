@@ -216,18 +216,56 @@ def test_a_job_made_when_the_configmap_had_the_jobs_name_is_carried_over(
         pods.finish(cluster, quiet, "old-worker-0", 1)
         wait_for(
             lambda: [w for w in workers(cluster, quiet, "old") if w["metadata"]["labels"]
-                     ["ddp-operator.io/attempt"] != "0"] or None,
+                     ["ddp-operator.io/created-in-attempt"] != "0"] or None,
             what="the recreated group",
         )  # fmt: skip
         new = [
             w
             for w in workers(cluster, quiet, "old")
             if not w["metadata"].get("deletionTimestamp")
-            and w["metadata"]["labels"]["ddp-operator.io/attempt"] != "0"
+            and w["metadata"]["labels"]["ddp-operator.io/created-in-attempt"] != "0"
         ]
         assert new and all(_refs(w) == {"old-ddp-env"} for w in new)
         wait_for(lambda: _configmap(cluster, quiet, "old") is None, what="<job> deleted")
         mine = _configmap(cluster, quiet, "old-ddp-env")
         assert mine is not None and mine.metadata.owner_references[0].uid == job.uid
+    finally:
+        op.stop()
+
+
+def test_pods_labelled_with_their_attempt_as_builds_up_to_0_2_0_did_are_carried_over(
+    cluster: Cluster, quiet: str
+) -> None:
+    """Builds up to 0.2.0 labelled a pod's attempt ``ddp-operator.io/attempt``, the key of the
+    in-place annotation (the attempt a pod runs); the label is now ``created-in-attempt``. A
+    group of the old label in attempt 1 is the job's current one (read as attempt 0, it would be
+    taken for an earlier attempt's and recreated); its next group carries the new label only."""
+    api = (jobs.GROUP, jobs.VERSION, quiet, jobs.PLURAL)
+    body = ddpjob("lab", quiet, nodes=2, restartStrategy="Recreate", backoffLimit=3)
+    job = resolve(cluster.custom.create_namespaced_custom_object(*api, body))
+    cluster.custom.patch_namespaced_custom_object_status(*api, "lab", {"status": {"restarts": 1}})
+    uids = []
+    for i in range(2):
+        pod = builders.build_worker_pod(job, i, 1)
+        labels = pod["metadata"]["labels"]
+        labels["ddp-operator.io/attempt"] = labels.pop("ddp-operator.io/created-in-attempt")
+        uids.append(cluster.core.create_namespaced_pod(quiet, pod).metadata.uid)
+    wait_running(cluster, quiet, "lab", 2, attempt=1)  # the harness reads either label
+    op = OperatorProcess(cluster, quiet).start()
+    try:
+        op.wait_ready()
+        found = jobs.wait_phase(cluster, quiet, "lab", "Running")
+        assert found["status"]["restarts"] == 1, found["status"]
+        kept = workers(cluster, quiet, "lab")
+        assert [w["metadata"]["uid"] for w in kept] == uids, "the old group was recreated"
+        assert not any(w["metadata"].get("deletionTimestamp") for w in kept)
+
+        pods.finish(cluster, quiet, "lab-worker-1", 1)  # the group is recreated: attempt 2
+        new = wait_running(cluster, quiet, "lab", 2, attempt=2)
+        for w in new:
+            labels = w["metadata"]["labels"]
+            assert labels["ddp-operator.io/created-in-attempt"] == "2", labels
+            assert "ddp-operator.io/attempt" not in labels, labels
+        assert jobs.get(cluster, quiet, "lab")["status"]["restarts"] == 2
     finally:
         op.stop()

@@ -191,7 +191,10 @@ esac
     pods = jobs.workers(cluster, ns, "sb")
     scheduled = cluster.core.list_namespaced_event(ns, field_selector="reason=Scheduled").items
     assert sorted(e.involved_object.name for e in scheduled) == ["sb-worker-0", "sb-worker-1"]
-    assert [p["metadata"]["labels"]["ddp-operator.io/attempt"] for p in pods] == ["0", "0"]
+    assert [p["metadata"]["labels"]["ddp-operator.io/created-in-attempt"] for p in pods] == [
+        "0",
+        "0",
+    ]
     logs = kubectl_ddp(cluster, "logs", "sb", "-n", ns)
     assert sorted(ATTEMPT.findall(logs)) == [(str(r), "3") for r in range(4)], logs
 

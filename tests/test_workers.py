@@ -77,3 +77,17 @@ def test_an_exit_code_of_a_signal_names_the_signal() -> None:
         w = observe(pod({"phase": "Failed", "containerStatuses": [terminated(code, reason)]}))
         said = of_pod(w).describe()
         assert w is not None and words in said, (code, said)
+
+
+def test_the_attempt_a_pod_was_created_in_is_read_from_either_label() -> None:
+    """``created-in-attempt``, or ``attempt`` on pods of builds up to 0.2.0."""
+    body = ddpjob("j", "ns", nodes=1)
+    worker = builders.build_worker_pod(resolve(body), 0, attempt=3)
+    new = observe(worker)
+    assert new is not None and new.attempt == 3
+    labels = worker["metadata"]["labels"]
+    labels["ddp-operator.io/attempt"] = labels.pop("ddp-operator.io/created-in-attempt")
+    old = observe(worker)
+    assert old is not None and old.attempt == 3
+    del labels["ddp-operator.io/attempt"]
+    assert (observe(worker) or new).attempt == 0

@@ -81,6 +81,13 @@ def workers(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
     return sorted(found, key=lambda p: int(p["metadata"]["labels"]["ddp-operator.io/worker-index"]))
 
 
+def attempt_of(pod: dict[str, Any]) -> int:
+    """The attempt a worker pod was created in: its label, or the one builds up to 0.2.0 wrote."""
+    labels = pod["metadata"]["labels"]
+    found = labels.get("ddp-operator.io/created-in-attempt") or labels["ddp-operator.io/attempt"]
+    return int(found)
+
+
 def wait_running(
     cluster: Cluster, ns: str, job: str, n: int, attempt: int = 0, timeout: float = 60
 ) -> list[dict[str, Any]]:
@@ -89,9 +96,7 @@ def wait_running(
     def probe() -> list[dict[str, Any]] | None:
         ws = [w for w in workers(cluster, ns, job) if not w["metadata"].get("deletionTimestamp")]
         ok = len(ws) == n and all(
-            w["status"].get("phase") == "Running"
-            and w["metadata"]["labels"]["ddp-operator.io/attempt"] == str(attempt)
-            for w in ws
+            w["status"].get("phase") == "Running" and attempt_of(w) == attempt for w in ws
         )
         return ws if ok else None
 

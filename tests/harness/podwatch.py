@@ -21,7 +21,7 @@ from .cluster import Cluster
 
 LABEL_JOB = "ddp-operator.io/job-name"
 LABEL_INDEX = "ddp-operator.io/worker-index"
-LABEL_ATTEMPT = "ddp-operator.io/attempt"
+LABEL_ATTEMPT = "ddp-operator.io/created-in-attempt"
 TRANSIENT_STATUS = {0, 408, 410, 429, 500, 502, 503, 504}
 
 

@@ -11,7 +11,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # Labels on every object the operator creates.
 LABEL_JOB = f"{GROUP}/job-name"
 LABEL_INDEX = f"{GROUP}/worker-index"
-LABEL_ATTEMPT = f"{GROUP}/attempt"
+# The attempt a pod was created in (Recreate: the one it runs; in place: the first it ran, the
+# one it runs being ATTEMPT_ANNOTATION). Builds up to 0.2.0 wrote it as LEGACY_LABEL_ATTEMPT, the
+# annotation's key: read still, for their pods.
+LABEL_ATTEMPT = f"{GROUP}/created-in-attempt"
+LEGACY_LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "ddp-operator"
 # spec.managedBy: unset or this value means this operator; any other (Kueue's MultiKueue on its

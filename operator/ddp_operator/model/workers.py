@@ -84,6 +84,12 @@ def controller(meta: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def created_in(labels: Mapping[str, str]) -> int:
+    """The attempt a pod was created in: its label, or the one builds up to 0.2.0 wrote (the
+    key the in-place annotation keeps); 0 without either. Not a number: ValueError."""
+    return int(labels.get(c.LABEL_ATTEMPT) or labels.get(c.LEGACY_LABEL_ATTEMPT) or "0")
+
+
 def _env_configmap(container: Mapping[str, Any] | None) -> str | None:
     """The ConfigMap a trainer takes ``VC_WORKER_HOSTS`` from (the job's: ``job_configmap``),
     one string shared by the pods that name it."""
@@ -116,7 +122,7 @@ def _in_place(
         told = int(annotations[c.ATTEMPT_ANNOTATION])
         counted = annotations.get(c.TOLD_RESTARTS_ANNOTATION)
         told_restarts = None if counted is None else int(counted)
-        attempt = int((meta.get("labels") or {}).get(c.LABEL_ATTEMPT, "0"))
+        attempt = created_in(meta.get("labels") or {})
     except (KeyError, ValueError):
         return {}
     statuses = status.get("containerStatuses")
@@ -170,7 +176,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
     labels = meta.get("labels") or {}
     try:
         index = int(labels[c.LABEL_INDEX])
-        attempt = int(labels.get(c.LABEL_ATTEMPT, "0"))
+        attempt = created_in(labels)
     except (KeyError, ValueError):
         return None
     spec = pod.get("spec") or {}
