@@ -159,6 +159,24 @@ def test_a_restart_the_kubelet_never_begins_is_recreated_after_the_timeout() -> 
     assert inplace.limit(resolve(quick)) == 70
 
 
+def test_a_recreate_decided_and_not_carried_out_is_carried_out_by_the_next_pass() -> None:
+    """The operator killed between the status write of a Recreate (a stuck in-place restart)
+    and the pods' deletion: the next pass deletes them, as the status says the group is to be
+    created anew (``createdInAttempt``); it used to take them for the new attempt's in-place
+    group, find that restart stuck at once and count one more restart."""
+    status = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW).status
+    waiting = [worker(0, told=1, restarts=0, watch=0), worker(1, told=1, restarts=1)]
+    later = NOW + timedelta(seconds=121)
+    plan = reconcile.plan(JOB, status, waiting, later)
+    assert plan.status["restarts"] == 2 and plan.status["createdInAttempt"] == 2
+    assert len(plan.delete) == 2 and not plan.tell
+    again = reconcile.plan(JOB, plan.status, waiting, later + timedelta(seconds=1))
+    assert [p.name for p in again.delete] == ["j-worker-0", "j-worker-1"] and not again.tell
+    assert again.status["restarts"] == 2 and again.status["countedRestarts"] == 2
+    # An in-place restart keeps its pods: the attempt they were created in stays.
+    assert status["createdInAttempt"] == 0
+
+
 def test_a_pod_never_given_the_attempt_is_recreated_after_the_timeout() -> None:
     """Worker 0 restarted, but its status never showed its trainer restarted (its restart count
     still 0): worker 1 waits for it, and the group must not wait for ever (seen once on the real

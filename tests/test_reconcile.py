@@ -397,13 +397,15 @@ def test_a_spec_that_cannot_be_resolved_fails_the_job_saying_why() -> None:
 
 
 def test_a_worker_seen_and_gone_before_the_group_was_complete_is_a_failure() -> None:
-    """Never re-created in the same attempt: that would be a duplicate worker."""
+    """Never re-created in the same attempt: that would be a duplicate worker. The group of
+    the next attempt is created on the restart's own pass (no pod of the old one is left)."""
     j = job(nodes=2)
     _, st = advance(j, {}, [])
     p = plan(j, st, pods(1), NOW, generation=1)  # worker 1 not yet observed; 0 seen
     assert p.create == [1] and p.status["restarts"] == 0
     p = plan(j, st, [], NOW, generation=1, seen={("j-worker-0", 0)})
-    assert p.status["restarts"] == 1 and p.create == []
+    assert p.status["restarts"] == 1 and p.create == [0, 1]
+    assert p.status["createdInAttempt"] == 1
     assert "j-worker-0 was deleted" in cond(p.status, "Restarting")["message"]
     p = plan(j, st, [], NOW, generation=1, seen={("j-worker-0", 1)})  # another attempt's
     assert p.create == [0, 1] and p.status["restarts"] == 0

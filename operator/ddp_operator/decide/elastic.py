@@ -68,25 +68,19 @@ def replace(
     conds: Conditions,
     new: dict[str, Any],
     failed: list[int],
-    current: dict[int, WorkerPod],
-    replacing: dict[int, str],
+    current: Mapping[int, WorkerPod],
+    replacing: Mapping[int, str],
     why: str,
-) -> list[WorkerPod]:
-    """Replace the failed workers (indices) alone: record them (``new``: replacing,
-    replacements), say so (a Warning Event, ``why`` first), and take them out of ``current``.
-    Returns their pods to delete."""
-    delete = []
-    for i in sorted(failed):
-        pod = current.pop(i, None)
-        replacing[i] = (pod.uid or "") if pod else ""
-        if pod is not None and not pod.deleting:
-            delete.append(pod)
-    count = int(new.get("replacements") or 0) + len(failed)
-    new["replacements"] = count
-    new["replacing"] = record(replacing)
+) -> None:
+    """Replace the failed workers (indices) alone, in the status being written (``new``:
+    replacing, replacements), and say so (a Warning Event, ``why`` first). Their pods are no
+    longer of the group that status asks for (``group``): the converge step deletes them and
+    creates their successors."""
+    more = {i: (current[i].uid or "") if i in current else "" for i in failed}
+    new["replacements"] = int(new.get("replacements") or 0) + len(failed)
+    new["replacing"] = record({**replacing, **more})
     message = f"{why}; replacing it alone (elastic: the other workers re-rendezvous)"
     conds.events.append(Event(WARNING, REPLACED, message))
-    return delete
 
 
 def record(replacing: Mapping[int, str]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from . import (
     failure_logs,
     failure_policy,
     goodput,
+    group,
     hangs,
     inplace,
     inplace_fallback,
@@ -82,23 +83,15 @@ def plan(
     log read says so: ``Plan.read_log``)."""
     observed = list(pods)
     pods, foreign = obstacles.split(job, observed)
-    attempt = max([int(status.get("restarts") or 0), *(p.attempt_now for p in pods)])
     conds = Conditions(status.get("conditions") or [], now, generation)
     if refused:
         conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", refused, WARNING)
     in_place = inplace_fallback.settle(conds, job, pods)
-    replacing = elastic.pending(status, pods, attempt)
-    current = {
-        p.index: p
-        for p in pods
-        if p.index < job.nodes
-        and inplace.belongs(p, attempt, in_place)
-        and not elastic.replaced(p, replacing)
-    }
-    chosen = {id(p) for p in current.values()}  # by identity: `in` a list is O(N) field-wise
-    stale = [p for p in pods if id(p) not in chosen]
+    members = group.of(job, status, pods, in_place)
+    attempt, current, replacing = members.attempt, members.current, members.replacing
     new: dict[str, Any] = {
         "restarts": attempt,
+        "createdInAttempt": members.created_in,
         "observedGeneration": generation,
         "startTime": status.get("startTime"),
         "completionTime": status.get("completionTime"),
@@ -207,7 +200,7 @@ def plan(
         stall, until = hangs.check(job, {**new, "conditions": conds.items}, progress, attempt, now)
         result.recheck_in(until)
         facts = [stall] if stall else []
-    going: list[WorkerPod] = []  # replaced alone: deleted, and created again once gone
+    restarted = False
     if facts or stuck:
         failed = [f.index for f in facts]
         alone = elastic.not_alone(job, failed, current, stuck)
@@ -217,26 +210,30 @@ def plan(
         ended = goodput.account(status, progress, attempt, verdict, now)  # what it cost
         verdict = goodput.bound(job, verdict, ended)
         response = recovery.respond(
-            job, verdict, conds, new, attempt, current, pods, failed, replacing, stuck, in_place
+            job, verdict, conds, new, attempt, current, failed, replacing, stuck, in_place
         )
         goodput.record(new, ended)
         if response.fails:
             return stop(False, verdict.reason, verdict.message)
-        if response.restarts:
-            result.tell, result.delete = response.tell, response.delete
-            return finish(result)
-        going = response.going
+        # The status now says the new attempt, or the replacements: its group is converged on.
+        members, restarted = group.of(job, new, pods, in_place), response.restarts
+        attempt, current = members.attempt, members.current
+        new["workers"] = _counts(p for p in current.values() if not p.deleting)
 
-    # 7. Remove what does not belong to this attempt; tell the attempt to in-place pods behind
-    #    (``inplace``); create what is missing (``creation``).
-    result.delete = [p for p in stale if not p.deleting] + going
+    # 7. Converge on the group the status asks for (``group``): remove the pods not of it,
+    #    tell its attempt to in-place pods behind (``inplace``), create what is missing
+    #    (``creation``).
+    stale = members.stale
+    result.delete = [p for p in stale if not p.deleting]
     result.tell = inplace.to_tell(current.values(), attempt)
     result.nudge = inplace.to_nudge(current.values(), attempt, now)
     result.recheck_in(inplace.recheck(current.values(), attempt, status, now, inplace.limit(job)))
     missing = creation.missing(job, current)
-    result.create = creation.to_create(job, missing, stale, observed, attempt, replacing)
+    result.create = creation.to_create(job, missing, stale, observed, attempt, members.replacing)
     if conflict := obstacles.conflict(job, [p for p in foreign if p.name in missing]):
         blockers.append(conflict)
+    if restarted:  # what keeps the new attempt's workers from starting: on the next passes
+        return finish(result)
     # Set by the pass that creates the pods, or that first sees them (its status is written
     # once the watch shows them: that pass, or an operator that took over, may be the first).
     if (result.create or current) and new["startTime"] is None:

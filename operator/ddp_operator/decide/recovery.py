@@ -5,7 +5,8 @@ every pod and creating them again (``RECREATE``). Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import constants as c
@@ -30,16 +31,14 @@ class Decision:
     message: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Response:
-    """What a pass does: fail the job (``fails``), restart the group (``restarts``: the pods to
-    ``tell`` in place, or to ``delete``), or replace workers alone (their pods ``going``)."""
+    """What a verdict did to the status: the job fails (``fails``), or its group restarts as a
+    new attempt (``restarts``), or workers are replaced alone (neither). The pods follow from
+    the status alone (``group``, then the converge step of ``reconcile``)."""
 
     fails: bool = False
     restarts: bool = False
-    tell: list[WorkerPod] = field(default_factory=list)
-    delete: list[WorkerPod] = field(default_factory=list)
-    going: list[WorkerPod] = field(default_factory=list)
 
 
 def respond(
@@ -48,31 +47,30 @@ def respond(
     conds: Conditions,
     new: dict[str, Any],
     attempt: int,
-    current: dict[int, WorkerPod],
-    pods: list[WorkerPod],
+    current: Mapping[int, WorkerPod],
     failed: list[int],
-    replacing: dict[int, str],
+    replacing: Mapping[int, str],
     stuck: list[str],
     in_place: bool,
 ) -> Response:
     """Carry out ``verdict`` in the status being written (``new``, ``conds``): ``failed``, the
     failed workers' indices; ``stuck``, why a restart in place is stuck; ``in_place``, whether
-    the cluster can restart pods in place."""
+    the cluster can restart pods in place. A group recreated is one whose pods are created in
+    the new attempt (``createdInAttempt``); one restarted in place keeps its pods."""
     if verdict.action == fp.FAIL_JOB:
         failure_policy.record(new, verdict, attempt, in_place=False)
         return Response(fails=True)
     if verdict.action == fp.REPLACE_WORKER:
         failure_policy.record(new, verdict, attempt, in_place=False)
-        going = elastic.replace(conds, new, failed, current, replacing, verdict.message)
-        return Response(going=going)
+        elastic.replace(conds, new, failed, current, replacing, verdict.message)
+        return Response()
     decision = decide(job, verdict, inplace.obstacle(job, current, stuck, in_place))
     failure_policy.record(new, verdict, attempt, decision.action == IN_PLACE)
     new["replacing"] = []
+    if decision.action == RECREATE:
+        new["createdInAttempt"] = attempt + 1
     restarting(conds, decision)
-    if decision.action == IN_PLACE:  # the status first, then the pods are told
-        return Response(restarts=True, tell=inplace.to_tell(current.values(), attempt + 1))
-    new["workers"] = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
-    return Response(restarts=True, delete=[p for p in pods if not p.deleting])
+    return Response(restarts=True)
 
 
 def decide(job: JobSpec, verdict: Verdict, obstacle: str | None) -> Decision:
