@@ -12,7 +12,7 @@ import pytest
 
 from ddp_operator.decide import failure_policy
 from ddp_operator.decide.failure_facts import WorkerFailure, of_pod, ordered
-from ddp_operator.decide.failure_policy import Counts
+from ddp_operator.decide.failure_policy import Bound, Counts, Handover
 from ddp_operator.model import failure_policy as fp
 from ddp_operator.model.jobspec import SpecError, resolve
 from ddp_operator.model.workers import WorkerPod
@@ -321,3 +321,30 @@ def test_a_deleted_worker_is_timed_from_its_deletion_and_comes_before_its_echo()
     assert (deleted.reason, deleted.time) == ("Deleted", T0)
     victim = crash(0, 1, time=T1, message="RuntimeError: [gloo] Connection closed by peer")
     assert [f.pod for f in ordered([victim, deleted])] == ["j-worker-2", "j-worker-0"]
+
+
+def test_a_verdict_is_data_its_words_rendered_from_it() -> None:
+    """Issue 53: the bound each action was held to and the handovers on the way are fields;
+    ``count`` and ``message`` only render them."""
+    v = failure_policy.decide(job(backoffLimit=2), [crash()], NONE, "not elastic")
+    assert v.bound == Bound("backoffLimit", 1, 2) and v.handovers == ()
+    v = failure_policy.decide(job(backoffLimit=1), [crash()], Counts(counted=1), "not elastic")
+    assert v.bound == Bound("backoffLimit", 1, 1, within=False) and v.action == fp.FAIL_JOB
+    j = job(backoffLimit=1, policy={"maxUncountedRestarts": 2})
+    v = failure_policy.decide(j, [EVICTED], Counts(uncounted=2), "not elastic")
+    assert v.handovers == (Handover("counted", "past maxUncountedRestarts (2)"),)
+    assert v.bound == Bound("backoffLimit", 1, 1) and v.asked == fp.RESTART_GROUP_NOT_COUNTED
+    e = elastic(backoffLimit=1, policy={"maxReplacements": 2})
+    v = failure_policy.decide(e, [crash(2)], Counts(replacements=1), alone=None)
+    assert v.bound == Bound("maxReplacements", 2, 2)
+    v = failure_policy.decide(e, [crash(2)], Counts(replacements=2), alone=None)
+    assert v.handovers == (Handover("not alone", "maxReplacements (2) reached"),)
+    assert (v.asked, v.action, v.bound) == (
+        fp.REPLACE_WORKER,
+        fp.RESTART_GROUP,
+        Bound("backoffLimit", 1, 1),
+    )
+    rules = [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}]
+    v = failure_policy.decide(job(rules), [crash()], NONE, "not elastic")
+    assert (v.rule, v.bound, v.reason) == ("rules[0]", Bound(""), "FailedByPolicy")
+    assert v.count == "failurePolicy rule rules[0] says FailJob"

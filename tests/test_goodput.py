@@ -9,7 +9,7 @@ from typing import Any
 
 from ddp_operator.decide import failure_policy, goodput
 from ddp_operator.decide.failure_facts import WorkerFailure
-from ddp_operator.decide.failure_policy import Counts
+from ddp_operator.decide.failure_policy import Bound, Counts
 from ddp_operator.model import failure_policy as fp
 from ddp_operator.model.jobspec import resolve
 
@@ -83,6 +83,9 @@ def test_the_same_failure_at_the_same_step_stops_after_the_bound() -> None:
     assert (v.action, v.reason) == (fp.FAIL_JOB, goodput.NO_PROGRESS)
     assert status["goodput"]["attempt"] == 4  # attempts 1-4 made none: the 4th is past 3
     assert status["goodput"]["diedAt"] == [17, 17, 17, 17]
+    assert v.bound == Bound(
+        "maxRestartsWithoutProgress", 4, 3, False, (17, 17, 17, 17), "step 17 or checkpoint 10"
+    )
     assert v.message.endswith(
         "4 restarts in a row made no progress past step 17 or checkpoint 10; they ended at "
         "steps 17, 17, 17, 17 (maxRestartsWithoutProgress 3)"

@@ -52,17 +52,78 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """A limit the action was held to: the spec field, the count it makes (within) or made
+    (past it), the limit, and whether the action stays within it. ``field`` empty: no limit (a
+    rule's FailJob). ``ended_at`` and ``beyond``: where restarts without progress ended, and the
+    step or checkpoint none passed (``goodput.bound``)."""
+
+    field: str
+    count: int = 0
+    limit: int = 0
+    within: bool = True
+    ended_at: tuple[int, ...] = ()
+    beyond: str = ""
+
+
+@dataclass(frozen=True)
+class Handover:
+    """An action the verdict could not take, handed over to the next (``APPLY``): ``how`` it
+    was taken instead (``counted``, ``not alone``) and why."""
+
+    how: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """The action taken (``fp.ACTIONS``), why (``cause``: the first failure, the rule) and
-    what it costs (``count``); ``reason`` is the Failed condition's when it fails the job."""
+    """The action taken (``fp.ACTIONS``), the ``rule`` that asked for the action ``asked`` (or
+    the default), its ``first`` failure and the ``collateral`` ones, the ``bound`` it was held to
+    and the ``handovers`` on the way, most recent first; ``reason`` is the Failed condition's
+    when it fails the job. Data: ``cause``, ``count`` and ``message`` render it for people."""
 
     action: str
-    cause: str
-    count: str
     first: WorkerFailure
     rule: str
     collateral: int
+    asked: str = ""
+    bound: Bound = Bound("")
+    handovers: tuple[Handover, ...] = ()
     reason: str = ""
+
+    @property
+    def cause(self) -> str:
+        """The first failure, how many followed it, and the rule that matched it."""
+        cause = self.first.describe()
+        if self.collateral:
+            cause += f"; {self.collateral} other worker{'s' if self.collateral > 1 else ''}"
+            cause += " failed after it"
+        if self.rule != DEFAULT:
+            cause += f" (failurePolicy rule {self.rule}: {self.asked})"
+        return cause
+
+    @property
+    def count(self) -> str:
+        """What the action costs against its bound, then the handovers."""
+        b, field = self.bound, self.bound.field
+        if not field:
+            said = f"failurePolicy rule {self.rule} says FailJob" if self.rule != DEFAULT else ""
+        elif field == "backoffLimit" and b.within:
+            said = f"restart {b.count} of backoffLimit {b.limit}"
+        elif field == "backoffLimit":
+            said = f"the group was restarted {b.count} times (backoffLimit {b.limit})"
+        elif field == "maxUncountedRestarts":
+            why = "a disruption" if self.first.disruption and self.rule == DEFAULT else None
+            said = f"not counted ({why or f'rule {self.rule}'}; {b.count} of {b.limit})"
+        elif field == "maxReplacements":
+            said = f"replacement {b.count} of at most {b.limit}"
+        else:  # maxRestartsWithoutProgress
+            steps = ", ".join(map(str, b.ended_at))
+            said = (
+                f"{b.count} restarts in a row made no progress past {b.beyond}; they ended at "
+                f"steps {steps} ({field} {b.limit})"
+            )
+        return said + "".join(f"; {h.how}: {h.why}" for h in self.handovers)
 
     @property
     def message(self) -> str:
@@ -104,24 +165,24 @@ Apply = Callable[[JobSpec, Verdict, Counts, str | None], Verdict]
 
 
 def _fail(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
-    return replace(v, reason="FailedByPolicy", count=f"failurePolicy rule {v.rule} says FailJob")
+    return replace(v, reason="FailedByPolicy", bound=Bound(""))
 
 
 def _restart(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
     limit = job.backoff_limit
     if counts.counted >= limit:
-        count = f"the group was restarted {counts.counted} times (backoffLimit {limit})" + v.count
-        return replace(v, action=fp.FAIL_JOB, reason="BackoffLimitExceeded", count=count)
-    return replace(v, count=f"restart {counts.counted + 1} of backoffLimit {limit}" + v.count)
+        past = Bound("backoffLimit", counts.counted, limit, within=False)
+        return replace(v, action=fp.FAIL_JOB, reason="BackoffLimitExceeded", bound=past)
+    return replace(v, bound=Bound("backoffLimit", counts.counted + 1, limit))
 
 
 def _restart_uncounted(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
     most = job.failure_policy.max_uncounted_restarts
     if counts.uncounted >= most:
-        past = f"; counted: past maxUncountedRestarts ({most}){v.count}"
-        return _restart(job, replace(v, action=fp.RESTART_GROUP, count=past), counts, alone)
-    why = "a disruption" if v.first.disruption and v.rule == DEFAULT else f"rule {v.rule}"
-    return replace(v, count=f"not counted ({why}; {counts.uncounted + 1} of {most}){v.count}")
+        past = Handover("counted", f"past maxUncountedRestarts ({most})")
+        counted = replace(v, action=fp.RESTART_GROUP, handovers=(past, *v.handovers))
+        return _restart(job, counted, counts, alone)
+    return replace(v, bound=Bound("maxUncountedRestarts", counts.uncounted + 1, most))
 
 
 def _replace_worker(job: JobSpec, v: Verdict, counts: Counts, alone: str | None) -> Verdict:
@@ -130,10 +191,9 @@ def _replace_worker(job: JobSpec, v: Verdict, counts: Counts, alone: str | None)
         alone = f"maxReplacements ({most}) reached"
     if alone is not None:
         action = _group_default(v.first)
-        return APPLY[action](
-            job, replace(v, action=action, count=f"; not alone: {alone}"), counts, None
-        )
-    return replace(v, count=f"replacement {counts.replacements + 1} of at most {most}")
+        handed = replace(v, action=action, handovers=(Handover("not alone", alone),))
+        return APPLY[action](job, handed, counts, None)
+    return replace(v, bound=Bound("maxReplacements", counts.replacements + 1, most))
 
 
 # What each action does: the one table from a rule's action to its effect.
@@ -161,13 +221,7 @@ def decide(
         if alone is None and workers > 1 and counts.replacements + workers > most:  # all or none
             done = f"{counts.replacements} replaced, {workers} more"
             alone = f"maxReplacements ({most}) reached: {done}"
-    cause = first.describe()
-    if len(failures) > 1:
-        more = len(failures) - 1
-        cause += f"; {more} other worker{'s' if more > 1 else ''} failed after it"
-    if rule != DEFAULT:
-        cause += f" (failurePolicy rule {rule}: {action})"
-    verdict = Verdict(action, cause, "", first, rule, len(failures) - 1)
+    verdict = Verdict(action, first, rule, len(failures) - 1, asked=action)
     return APPLY[action](job, verdict, counts, alone)
 
 

@@ -48,7 +48,7 @@ from ..model import constants as c
 from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
 from .conditions import condition, format_time, parse_time
-from .failure_policy import Verdict
+from .failure_policy import Bound, Verdict
 
 NO_PROGRESS = "NoProgress"
 MAX_DIED_AT = 10  # the steps kept of a run of attempts without progress
@@ -148,17 +148,14 @@ def bound(job: JobSpec, verdict: Verdict, ended: Account | None) -> Verdict:
     run = int(ended.goodput["restartsWithoutProgress"])
     if run <= most:
         return verdict
-    steps = ", ".join(map(str, ended.goodput["diedAt"]))
     best = ended.goodput.get("highestStep")
     mark = ended.goodput.get("highestCheckpoint")
     past = f"step {best}" if best is not None else "the first report"
     if mark is not None:
         past += f" or checkpoint {mark}"
-    count = (
-        f"{run} restarts in a row made no progress past {past}; they ended at steps {steps} "
-        f"(maxRestartsWithoutProgress {most})"
-    )
-    return replace(verdict, action=fp.FAIL_JOB, reason=NO_PROGRESS, count=count)
+    steps = tuple(ended.goodput["diedAt"])
+    held = Bound("maxRestartsWithoutProgress", run, most, False, steps, past)
+    return replace(verdict, action=fp.FAIL_JOB, reason=NO_PROGRESS, bound=held, handovers=())
 
 
 def record(new: dict[str, Any], ended: Account | None) -> None:
