@@ -173,7 +173,12 @@ esac
     wait_for(lambda: ready(ops["standby"]), timeout=60, what="the standby active")
     let_go(cluster, ns, "sb-worker-1", 1)
     wait_for(lambda: _restarts(cluster, ns) == 2, timeout=120, what="attempt 2 decided")
-    assert _decided(ops["standby"]) == [2], ops["standby"].output()[-3000:]
+    # The replica logs its decision once the API server's answer to its status write is back:
+    # under load, after the status can be read (seen in CI).
+    try:
+        wait_for(lambda: _decided(ops["standby"]) == [2], timeout=30, what="its decision")
+    except AssertionError as exc:
+        raise AssertionError(ops["standby"].output()[-3000:]) from exc
     assert ready(ops["standby"])
     ops["primary"] = replica(cluster, ns, 100)
     ops["primary"].wait_ready()
