@@ -22,7 +22,7 @@ What the status holds for it:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..model.jobspec import JobSpec
@@ -37,9 +37,9 @@ class Group:
 
     attempt: int
     created_in: int
-    current: Mapping[int, WorkerPod] = field(default_factory=dict)
-    stale: tuple[WorkerPod, ...] = ()
-    replacing: Mapping[int, str] = field(default_factory=dict)
+    current: Mapping[int, WorkerPod]
+    stale: tuple[WorkerPod, ...]
+    replacing: Mapping[int, str]
 
 
 def attempt(status: Mapping[str, Any], pods: Iterable[WorkerPod]) -> int:

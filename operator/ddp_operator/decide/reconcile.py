@@ -20,7 +20,7 @@ from . import failure_logs, kueue, kueue_workload
 from .conditions import WARNING, Conditions, format_time
 from .failures import Failure
 from .plan import Plan
-from .reconcile_steps import Pass, Seen, phase
+from .reconcile_steps import Beside, Pass, phase
 
 
 def plan(
@@ -49,8 +49,8 @@ def plan(
     Kueue Workload says (``kueue_workload``: a job not admitted comes suspended); ``logs``:
     the failures' logs read, by (pod UID, attempt) (a plan whose deciding failure wants its
     log read says so: ``Plan.read_log``)."""
-    around = Seen(failure, seen, evicted, told, refused, last, progress, admission, logs)
-    one = Pass(job, status, list(pods), now, generation, around)
+    beside = Beside(failure, seen, evicted, told, refused, last, progress, admission, logs)
+    one = Pass(job, status, list(pods), now, generation, beside)
     steps = (
         one.finished,  # 1. a finished job only cleans up
         one.refused_for_good,  # 2. a template the API server refuses

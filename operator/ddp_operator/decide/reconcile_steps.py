@@ -65,7 +65,7 @@ def counts(pods: Collection[WorkerPod]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class Seen:
+class Beside:
     """What the loop saw beside the job and its pods (``reconcile.plan`` says each)."""
 
     failure: Failure | None
@@ -90,14 +90,14 @@ class Pass:
         observed: list[WorkerPod],
         now: datetime,
         generation: int,
-        seen: Seen,
+        beside: Beside,
     ) -> None:
-        self.job, self.status, self.now, self.seen = job, status, now, seen
+        self.job, self.status, self.now, self.beside = job, status, now, beside
         self.observed = observed
         self.pods, self.foreign = obstacles.split(job, observed)
         self.conds = Conditions(status.get("conditions") or [], now, generation)
-        if seen.refused:
-            self.conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", seen.refused, WARNING)
+        if beside.refused:
+            self.conds.set(c.COND_IN_PLACE, False, "InPlaceUnsupported", beside.refused, WARNING)
         self.in_place = inplace_fallback.settle(self.conds, job, self.pods)
         self.members = group.of(job, status, self.pods, self.in_place)
         self.restarted = False
@@ -120,8 +120,8 @@ class Pass:
         self.result = Plan(status=self.new, own=self.pods, in_place=self.in_place)
         # What blocks the job, most recent first: (reason, message).
         self.blockers: list[tuple[str, str]] = []
-        if seen.failure is not None:
-            self.blockers.append((seen.failure.reason, seen.failure.message))
+        if beside.failure is not None:
+            self.blockers.append((beside.failure.reason, beside.failure.message))
 
     @property
     def attempt(self) -> int:
@@ -150,7 +150,7 @@ class Pass:
         for type_ in (c.COND_RESTARTING, c.COND_BLOCKED, c.COND_NOT_STARTING):
             conds.clear(type_, reason, "the job has finished")
         self.new["completionTime"] = format_time(self.now)
-        goodput.settle(self.new, self.status, self.seen.progress, self.now)
+        goodput.settle(self.new, self.status, self.beside.progress, self.now)
         return finished(self.job, self.pods, self.now, self.new, self.finish(active=False))
 
     # 1. A finished job only cleans up and waits for its TTL.
@@ -161,7 +161,7 @@ class Pass:
 
     # 2. A permanent failure (a template the API server refuses) fails the job at once.
     def refused_for_good(self) -> Plan | None:
-        failure = self.seen.failure
+        failure = self.beside.failure
         if failure is not None and failure.permanent:
             return self.stop(False, failure.reason, failure.message)
         return None
@@ -169,7 +169,7 @@ class Pass:
     # 3. Suspended (or held by its Kueue Workload): no pods; resuming restarts the clock, as for
     #    a Job.
     def suspended(self) -> Plan | None:
-        conds, admission = self.conds, self.seen.admission
+        conds, admission = self.conds, self.beside.admission
         if self.job.suspend:
             reason, why = "Suspended", "the job is suspended"
             if admission is not None and not admission.admitted:
@@ -206,7 +206,7 @@ class Pass:
     # 5. Kueue evicted the group: no failure and no restart; recreated once it is gone.
     def evicted(self) -> Plan | None:
         current = self.members.current
-        why = kueue.eviction(current, self.seen.evicted, self.attempt) if self.job.queue else None
+        why = kueue.eviction(current, self.beside.evicted, self.attempt) if self.job.queue else None
         if why:
             self.result.delete = kueue.evict(self.conds, current, why)
             if current:
@@ -216,26 +216,26 @@ class Pass:
     # 6. Success, then failure: the failures as facts (``failure_facts``), what they mean for the
     #    job (``failure_policy``), what it does (``recovery``: only the status changes).
     def outcome(self) -> Plan | None:
-        job, seen, new, attempt = self.job, self.seen, self.new, self.attempt
+        job, beside, new, attempt = self.job, self.beside, self.new, self.attempt
         current = self.members.current
         reason = outcomes.succeeded(job, current, attempt)
         if reason:
             what = "all workers" if reason == "AllWorkersSucceeded" else "worker 0"
             return self.stop(True, reason, f"{what} exited 0 (after {attempt} restarts)")
         replacing = self.members.replacing
-        excused = {*kueue.not_failures(seen.evicted, attempt)}
+        excused = {*kueue.not_failures(beside.evicted, attempt)}
         excused |= {(worker_name(job, i), attempt) for i in replacing}
         excused |= {(p.name, attempt) for p in inplace_fallback.rebuilt(self.pods, self.in_place)}
         # An elastic job's Created counts workers before spec.nodes changed: only those seen
         # vanish.
         created = self.conds.true(c.COND_CREATED) and not job.scalable
         facts = failure_facts.collect(
-            job, current, created, seen.seen, attempt, excused, seen.last, seen.logs
+            job, current, created, beside.seen, attempt, excused, beside.last, beside.logs
         )
         stuck = inplace.stuck(current.values(), attempt, self.status, self.now, inplace.limit(job))
         if not facts and not stuck:  # a training that stopped advancing fails too (``hangs``)
             status = {**new, "conditions": self.conds.items}
-            stall, until = hangs.check(job, status, seen.progress, attempt, self.now)
+            stall, until = hangs.check(job, status, beside.progress, attempt, self.now)
             self.result.recheck_in(until)
             facts = [stall] if stall else []
         if not facts and not stuck:
@@ -245,7 +245,7 @@ class Pass:
         facts += failure_facts.stuck(stuck)
         verdict = failure_policy.decide(job, facts, failure_policy.Counts.of(new), alone)
         self.result.read_log = verdict.first.ask(attempt)  # the runner reads it, then plans again
-        ended = goodput.account(self.status, seen.progress, attempt, verdict, self.now)
+        ended = goodput.account(self.status, beside.progress, attempt, verdict, self.now)
         verdict = goodput.bound(job, verdict, ended)
         response = recovery.respond(
             job, verdict, self.conds, new, attempt, current, failed, replacing, stuck, self.in_place
@@ -293,10 +293,10 @@ class Pass:
         live = [p for p in self.members.current.values() if not p.deleting]
         creation.report(conds, job, live, self.members.stale, attempt)
         startup.report(conds, live, job.nodes, job.gang)
-        self.result.recheck_in(kueue.report(conds, live, job, self.seen.told))
-        kueue_workload.report(conds, self.seen.admission)
+        self.result.recheck_in(kueue.report(conds, live, job, self.beside.told))
+        kueue_workload.report(conds, self.beside.admission)
         new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])
-        progress = self.seen.progress
+        progress = self.beside.progress
         goodput.begin(new, self.status, progress)  # the account opens at the first report
         goodput.recovered(new, self.status, conds.items, progress, attempt)  # the last failure
         return self.finish()
