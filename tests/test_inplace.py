@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ddp_operator.decide import inplace, inplace_fallback, reconcile
+from ddp_operator.decide import group, inplace, inplace_fallback, reconcile
 from ddp_operator.decide.conditions import condition, format_time
 from ddp_operator.decide.failure_facts import of_pod
 from ddp_operator.decide.memory import Memory
@@ -71,6 +71,11 @@ def worker(
     }
     manifest["status"] = {"phase": phase, "containerStatuses": [trainer_status, watch_status]}
     return observe(manifest)
+
+
+def nudge(pods: list[Any], attempt: int, now: datetime) -> list[Any]:
+    """The pods to nudge in ``attempt`` at ``now``."""
+    return inplace.to_nudge(inplace.standings(pods, attempt, {}), now)
 
 
 def exited(code: int) -> dict[str, Any]:
@@ -188,7 +193,7 @@ def test_a_pod_never_given_the_attempt_is_recreated_after_the_timeout() -> None:
     soon = reconcile.plan(JOB, status, waiting, NOW + timedelta(seconds=119))
     assert soon.tell == [] and soon.delete == [] and soon.requeue_after == 1
     later = NOW + timedelta(seconds=121)
-    assert inplace.stuck(waiting, 1, status, later, 120) == [
+    assert inplace.stuck(inplace.standings(waiting, 1, status), 1, later, 120) == [
         "j-worker-0 was not restarted in place within 120s of being told attempt 1 "
         "(does node n1 run a kubelet with RestartAllContainers?)",
         "j-worker-1 was not given attempt 1 within 120s "
@@ -222,22 +227,50 @@ def test_back_to_back_failures_time_each_restart_from_its_own_tell() -> None:
     assert [p.name for p in plan.nudge] == ["j-worker-0"] and plan.requeue_after == 20
 
 
+def test_a_back_to_back_restart_whose_tell_lags_is_timed_from_its_own_start() -> None:
+    """Issue 53's defect, in the shape it takes: a second failure while the group still
+    restarts (the Restarting condition True since the first, at t=0), decided at t=100 s, and
+    a pass that does not see worker 0's tell of attempt 2 yet (watch lag, a tell retried).
+    Worker 1 waits for it, timed from attempt 2's start (``attemptStartTime``); it was timed
+    from the condition's t=0, found stuck at once, and the group recreated as restart 3."""
+    t100 = NOW + timedelta(seconds=100)
+    first = reconcile.plan(JOB, {}, [worker(0), worker(1, trainer=exited(3))], NOW)
+    restarted = worker(0, told=1, restarts=1, told_at=NOW, counted=0)
+    failing = [restarted, worker(1, told=1, restarts=1, told_at=NOW, counted=0, trainer=exited(3))]
+    second = reconcile.plan(JOB, first.status, failing, t100)
+    assert second.attempt == 2 and second.status["attemptStartTime"] == format_time(t100)
+    restarting = condition(second.status["conditions"], "Restarting")
+    assert restarting["status"] == "True" and restarting["lastTransitionTime"] == format_time(NOW)
+    members = group.of(JOB, second.status, failing, True)
+    assert [(s.pod.name, s.state, s.since) for s in members.standing] == [
+        ("j-worker-0", inplace.TO_TELL, None),
+        ("j-worker-1", inplace.WAITS, t100),
+    ]
+    lagging = reconcile.plan(JOB, second.status, failing, NOW + timedelta(seconds=125))
+    assert lagging.attempt == 2 and not lagging.delete, lagging.status["conditions"]
+    assert [p.name for p in lagging.tell] == ["j-worker-0"]
+    assert lagging.status["countedRestarts"] == 2
+    # Its own deadline still holds: never told, worker 1 is found stuck once it is past.
+    late = t100 + timedelta(seconds=inplace.limit(JOB) + 1)
+    assert reconcile.plan(JOB, second.status, failing, late).status["restarts"] == 3
+
+
 def test_a_told_pod_not_restarted_is_nudged_then_again_until_it_restarts() -> None:
     """Its kubelet writes the watch's volume only when it syncs the pod: a copy of the
     ConfigMap older than the tell holds the watch back until the next sync, up to a minute (seen
     in CI: 60 s late, past the deadline). A change of the pod (``nudged-at``) makes one now."""
     told = worker(0, told=1, restarts=0, told_at=NOW, counted=0)
-    assert inplace.to_nudge([told], 1, NOW + timedelta(seconds=4)) == []
-    assert inplace.recheck([told], 1, {}, NOW + timedelta(seconds=4), 120) == 1
-    assert inplace.to_nudge([told], 1, NOW + timedelta(seconds=5)) == [told]
+    assert nudge([told], 1, NOW + timedelta(seconds=4)) == []
+    assert inplace.recheck(inplace.standings([told], 1, {}), NOW + timedelta(seconds=4), 120) == 1
+    assert nudge([told], 1, NOW + timedelta(seconds=5)) == [told]
     nudged = dataclasses.replace(told, nudged_at=format_time(NOW + timedelta(seconds=5)))
-    assert inplace.to_nudge([nudged], 1, NOW + timedelta(seconds=24)) == []
-    assert inplace.to_nudge([nudged], 1, NOW + timedelta(seconds=25)) == [nudged]
+    assert nudge([nudged], 1, NOW + timedelta(seconds=24)) == []
+    assert nudge([nudged], 1, NOW + timedelta(seconds=25)) == [nudged]
     # A nudge of an earlier attempt's restart counts for nothing; a restarted pod is left be.
     later = dataclasses.replace(nudged, told=2, told_at=format_time(NOW + timedelta(seconds=60)))
-    assert inplace.to_nudge([later], 2, NOW + timedelta(seconds=65)) == [later]
+    assert nudge([later], 2, NOW + timedelta(seconds=65)) == [later]
     assert (
-        inplace.to_nudge(
+        nudge(
             [worker(0, told=1, restarts=1, told_at=NOW, counted=0)], 1, NOW + timedelta(seconds=9)
         )
         == []
@@ -261,10 +294,23 @@ def test_a_waiting_pod_is_not_timed_from_worker_0_s_tell_of_an_earlier_attempt()
     waiting = worker(1, told=1, restarts=1, told_at=NOW, counted=0)
     assert inplace.state(waiting, 2, master) == inplace.WAITS
     at = NOW + timedelta(seconds=210)
-    assert inplace.stuck([master, waiting], 2, {"conditions": conds}, at, 120) == []
-    assert inplace.recheck([master, waiting], 2, {"conditions": conds}, at, 120) == 110
+    assert (
+        inplace.stuck(inplace.standings([master, waiting], 2, {"conditions": conds}), 2, at, 120)
+        == []
+    )
+    assert (
+        inplace.recheck(inplace.standings([master, waiting], 2, {"conditions": conds}), at, 120)
+        == 110
+    )
     late = NOW + timedelta(seconds=321)
-    assert len(inplace.stuck([master, waiting], 2, {"conditions": conds}, late, 120)) == 1
+    assert (
+        len(
+            inplace.stuck(
+                inplace.standings([master, waiting], 2, {"conditions": conds}), 2, late, 120
+            )
+        )
+        == 1
+    )
 
 
 def test_a_pass_asked_for_at_once_is_not_put_off_by_a_later_ask() -> None:
@@ -313,7 +359,9 @@ def test_a_pod_whose_containers_start_again_holds_back_the_next_attempt() -> Non
     # Its watch never starts: the group is recreated once the restart's time is out, saying so.
     conds = plan.status["conditions"]
     late = soon + timedelta(seconds=121)
-    assert inplace.stuck([failed, starting], 2, {"conditions": conds}, late, 120) == [
+    assert inplace.stuck(
+        inplace.standings([failed, starting], 2, {"conditions": conds}), 2, late, 120
+    ) == [
         f"j-worker-{i} was not given attempt 2 within 120s "
         "(j-worker-1 never started again for attempt 1)"
         for i in (0, 1)
@@ -382,7 +430,10 @@ def test_an_old_restarting_condition_does_not_make_a_new_restart_stuck() -> None
     since = format_time(NOW - timedelta(hours=1))
     conds = [{"type": "Restarting", "status": "False", "lastTransitionTime": since}]
     pods = [worker(0), worker(1)]
-    assert inplace.stuck(pods, 0, {"conditions": conds}, NOW, inplace.limit(JOB)) == []
+    assert (
+        inplace.stuck(inplace.standings(pods, 0, {"conditions": conds}), 0, NOW, inplace.limit(JOB))
+        == []
+    )
 
 
 def test_a_pod_that_ended_before_it_restarted_for_the_attempt_is_not_in_it() -> None:

@@ -1,5 +1,6 @@
 """The job's group as a status says it should be, from the observed pods: its attempt, the
-workers of that attempt by index (``current``) and the pods that are not (``stale``). Pure.
+workers of that attempt by index (``current``), where each stands in its restart and since when
+(``standing``), and the pods that are not (``stale``). Pure.
 
 A restart or a replacement only writes the status (``recovery``, ``elastic``); ``reconcile``
 then takes the group again from that status and converges on it, on the same pass and on every
@@ -15,6 +16,8 @@ What the status holds for it:
   the group moves it to its attempt; one in place keeps it. A pod created before it is no
   worker, even one that could restart in place, so that a Recreate decided and not yet carried
   out is carried out, not turned into an in-place restart;
+* ``attemptStartTime``: when the attempt began, from which a pod's restart is timed until
+  worker 0 is told it (``inplace.standings``);
 * ``replacing``: workers of an elastic job replaced alone whose successor is not seen yet
   (``elastic``).
 """
@@ -33,13 +36,15 @@ from . import elastic, inplace
 @dataclass(frozen=True)
 class Group:
     """The group of ``attempt``: its workers by index, the pods that are not, the replacements
-    under way (index: UID of the pod replaced) and the attempt its pods were created in."""
+    under way (index: UID of the pod replaced), the attempt its pods were created in and where
+    each in-place worker stands in the attempt's restart (in the order of ``current``)."""
 
     attempt: int
     created_in: int
     current: Mapping[int, WorkerPod]
     stale: tuple[WorkerPod, ...]
     replacing: Mapping[int, str]
+    standing: tuple[inplace.Standing, ...]
 
 
 def attempt(status: Mapping[str, Any], pods: Iterable[WorkerPod]) -> int:
@@ -48,8 +53,9 @@ def attempt(status: Mapping[str, Any], pods: Iterable[WorkerPod]) -> int:
 
 
 def of(job: JobSpec, status: Mapping[str, Any], pods: list[WorkerPod], in_place: bool) -> Group:
-    """The group ``status`` asks for, from the job's own ``pods``; ``in_place``: whether its
-    in-place pods can still restart where they stand (``inplace_fallback``)."""
+    """The group ``status`` asks for (with the conditions of the pass), from the job's own
+    ``pods``; ``in_place``: whether its in-place pods can still restart where they stand
+    (``inplace_fallback``)."""
     now = attempt(status, pods)
     created_in = int(status.get("createdInAttempt") or 0)
     replacing = elastic.pending(status, pods, now)
@@ -63,4 +69,5 @@ def of(job: JobSpec, status: Mapping[str, Any], pods: list[WorkerPod], in_place:
     }
     chosen = {id(p) for p in current.values()}  # by identity: `in` a list is O(N) field-wise
     stale = tuple(p for p in pods if id(p) not in chosen)
-    return Group(now, created_in, current, stale, replacing)
+    standing = tuple(inplace.standings(current.values(), now, status))
+    return Group(now, created_in, current, stale, replacing, standing)

@@ -29,10 +29,11 @@ pod hears of it. In that attempt, each in-place pod of the group is in one ``sta
   would start on the new attempt while the pod's annotation says the one before, and once told,
   its watch would see nothing new; the restart the operator waits for would never come, and the
   group be recreated (seen on the real node, about one CI run in five).
-* **deadlines per pod**: a RESTARTING pod's from when it was told, a WAITING pod's from when
-  worker 0 was told this attempt (not yet told it: from the job's Restarting condition); never
-  a tell of an earlier attempt's time, nor the condition's for a pod told (a second failure
-  keeps the condition True).
+* **deadlines per pod** (``standings``, taken once per pass into the group): a RESTARTING
+  pod's from when it was told, a WAITING or HELD pod's from when worker 0 was told this
+  attempt (not yet told it: from the attempt's start, ``status.attemptStartTime``); never a
+  tell of an earlier attempt's time, nor the Restarting condition's when a later attempt is
+  under way (a second failure keeps the condition True, and its time).
 * **nudged**: the kubelet writes the watch's volume (the annotation, and ``given``, from its own
   copy of the ConfigMap) when it syncs the pod: on any change of the pod, else once a minute. A
   copy of the ConfigMap older than the tell holds the watch back until the next sync (seen in
@@ -44,6 +45,7 @@ pod hears of it. In that attempt, each in-place pod of the group is in one ``sta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -99,15 +101,6 @@ def holder(current: Iterable[WorkerPod], attempt: int) -> WorkerPod | None:
     return next((p for p in current if restarting_before(p, attempt)), None)
 
 
-def to_tell(current: Iterable[WorkerPod], attempt: int) -> list[WorkerPod]:
-    """The group's pods to tell ``attempt`` now."""
-    current = list(current)
-    if holder(current, attempt) is not None:
-        return []
-    master = _master(current)
-    return [p for p in current if state(p, attempt, master) == TO_TELL]
-
-
 def behind(pod: WorkerPod, attempt: int) -> bool:
     """Whether an in-place pod has yet to be told ``attempt`` or to restart for it."""
     return state(pod, attempt) in (TO_TELL, WAITS, RESTARTING)
@@ -132,54 +125,85 @@ def limit(job: JobSpec) -> int:
     return c.IN_PLACE_TIMEOUT_SECONDS + 2 * int(30 if grace is None else grace)
 
 
-def _deadlines(
-    current: Iterable[WorkerPod], attempt: int, status: Mapping[str, Any], seconds: int
-) -> list[tuple[WorkerPod, str, datetime]]:
-    """(pod, state, deadline) of each pod RESTARTING or WAITING. A pod told by an operator
-    that wrote no told-at is timed from the job's Restarting condition."""
+@dataclass(frozen=True)
+class Standing:
+    """Where one worker's pod stands in the group's attempt (``state``), and since when its
+    restart's clock runs (``since``: RESTARTING, WAITS and HELD; None where no clock runs, or
+    none is known); its deadline is ``limit`` seconds on."""
+
+    pod: WorkerPod
+    state: str
+    since: datetime | None
+
+
+def started_at(status: Mapping[str, Any], attempt: int) -> datetime | None:
+    """When ``attempt`` began: the status's ``attemptStartTime``, written by the restart that
+    decided it; a status written before it was kept (or whose write of ``attempt`` was lost):
+    the Restarting condition's transition, if True (a second failure keeps it, and its time)."""
+    if int(status.get("restarts") or 0) == attempt and (
+        began := parse_time(status.get("attemptStartTime"))
+    ):
+        return began
+    cond = condition(status.get("conditions") or [], c.COND_RESTARTING) or {}
+    return parse_time(cond.get("lastTransitionTime")) if cond.get("status") == "True" else None
+
+
+def standings(
+    current: Iterable[WorkerPod], attempt: int, status: Mapping[str, Any]
+) -> list[Standing]:
+    """Each in-place pod's standing in ``attempt``. A RESTARTING pod is timed from its tell
+    (one told by an operator that wrote no told-at: from the attempt's start); a WAITING or
+    HELD one from when worker 0 was told this attempt, else from the attempt's start; never
+    from a tell of an earlier attempt."""
     current = list(current)
     master, held = _master(current), holder(current, attempt) is not None
-    cond = condition(status.get("conditions") or [], c.COND_RESTARTING) or {}
-    fallback = parse_time(cond.get("lastTransitionTime")) if cond.get("status") == "True" else None
+    began = started_at(status, attempt)
     found = []
     for pod in current:
         now_state = state(pod, attempt, master)
         if now_state == TO_TELL and held:
             now_state = HELD
+        since = None
         if now_state == RESTARTING:
-            since = parse_time(pod.told_at) or fallback
+            since = parse_time(pod.told_at) or began
         elif now_state in (WAITS, HELD) and master is not None:
             told = master.attempt_now >= attempt  # worker 0 was told this attempt
-            since = (parse_time(master.told_at) if told else None) or fallback
-        else:
-            continue
-        if since is not None:
-            found.append((pod, now_state, since + timedelta(seconds=seconds)))
+            since = (parse_time(master.told_at) if told else None) or began
+        found.append(Standing(pod, now_state, since))
     return found
 
 
-def stuck(
-    current: Iterable[WorkerPod],
-    attempt: int,
-    status: Mapping[str, Any],
-    now: datetime,
-    seconds: int,
-) -> list[str]:
+def to_tell(standing: Iterable[Standing]) -> list[WorkerPod]:
+    """The group's pods to tell its attempt now."""
+    return [s.pod for s in standing if s.state == TO_TELL]
+
+
+def _deadlines(standing: Iterable[Standing], seconds: int) -> list[tuple[Standing, datetime]]:
+    return [
+        (s, s.since + timedelta(seconds=seconds))
+        for s in standing
+        if s.since is not None and s.state in (RESTARTING, WAITS, HELD)
+    ]
+
+
+def stuck(standing: Sequence[Standing], attempt: int, now: datetime, seconds: int) -> list[str]:
     """Why the restart is stuck, pod by pod, past its deadline: told, but its kubelet has not
     restarted it (no RestartAllContainers, or a status that never showed it: seen once on the
-    real node); or never told, worker 0's old trainer never seen ending."""
-    current = list(current)
+    real node); or never told, worker 0's old trainer never seen ending, or a pod of the group
+    never started again for an earlier attempt."""
+    first = holder([s.pod for s in standing], attempt)
     found = []
-    for pod, now_state, due in _deadlines(current, attempt, status, seconds):
+    for s, due in _deadlines(standing, seconds):
+        pod = s.pod
         if now < due:
             continue
-        if now_state == HELD and (first := holder(current, attempt)) is not None:
+        if s.state == HELD and first is not None:
             found.append(
                 f"{pod.name} was not given attempt {attempt} within {seconds}s ({first.name} "
                 f"never started again for attempt {first.attempt_now})"
             )
             continue
-        if now_state == WAITS:
+        if s.state in (WAITS, HELD):
             found.append(
                 f"{pod.name} was not given attempt {attempt} within {seconds}s "
                 "(worker 0's trainer of the attempt before was never seen ending)"
@@ -204,34 +228,29 @@ def _nudge_due(pod: WorkerPod) -> datetime | None:
     return nudged + timedelta(seconds=NUDGE_AGAIN_SECONDS)
 
 
-def to_nudge(current: Iterable[WorkerPod], attempt: int, now: datetime) -> list[WorkerPod]:
-    """The pods told ``attempt`` and not restarted since, whose nudge is due."""
+def to_nudge(standing: Iterable[Standing], now: datetime) -> list[WorkerPod]:
+    """The pods told the attempt and not restarted since, whose nudge is due."""
     return [
-        p
-        for p in current
-        if state(p, attempt) == RESTARTING and (due := _nudge_due(p)) is not None and due <= now
+        s.pod
+        for s in standing
+        if s.state == RESTARTING and (due := _nudge_due(s.pod)) is not None and due <= now
     ]
 
 
-def recheck(
-    current: Iterable[WorkerPod],
-    attempt: int,
-    status: Mapping[str, Any],
-    now: datetime,
-    seconds: int,
-) -> float | None:
+def recheck(standing: Sequence[Standing], now: datetime, seconds: int) -> float | None:
     """Seconds until the next deadline or nudge of a pod behind, if any (a pod to tell:
     ``seconds``)."""
-    current = list(current)
-    dues = [
-        (due - now).total_seconds() for _, _, due in _deadlines(current, attempt, status, seconds)
-    ]
-    nudges = [_nudge_due(p) for p in current if state(p, attempt) == RESTARTING]
+    dues = [(due - now).total_seconds() for _, due in _deadlines(standing, seconds)]
+    nudges = [_nudge_due(s.pod) for s in standing if s.state == RESTARTING]
     again = now + timedelta(seconds=NUDGE_AGAIN_SECONDS)  # those nudged by this pass
     dues += [((due if due > now else again) - now).total_seconds() for due in nudges if due]
     if dues:
         return max(0.0, min(dues))
-    return float(seconds) if any(behind(p, attempt) for p in current) else None
+    return (
+        float(seconds)
+        if any(s.state in (TO_TELL, WAITS, RESTARTING, HELD) for s in standing)
+        else None
+    )
 
 
 def obstacle(

@@ -105,6 +105,7 @@ class Pass:
         self.new: dict[str, Any] = {
             "restarts": self.members.attempt,
             "createdInAttempt": self.members.created_in,
+            "attemptStartTime": status.get("attemptStartTime"),
             "observedGeneration": generation,
             "startTime": status.get("startTime"),
             "completionTime": status.get("completionTime"),
@@ -232,7 +233,7 @@ class Pass:
         facts = failure_facts.collect(
             job, current, created, beside.seen, attempt, excused, beside.last, beside.logs
         )
-        stuck = inplace.stuck(current.values(), attempt, self.status, self.now, inplace.limit(job))
+        stuck = inplace.stuck(self.members.standing, attempt, self.now, inplace.limit(job))
         if not facts and not stuck:  # a training that stopped advancing fails too (``hangs``)
             status = {**new, "conditions": self.conds.items}
             stall, until = hangs.check(job, status, beside.progress, attempt, self.now)
@@ -254,7 +255,9 @@ class Pass:
         if response.fails:
             return self.stop(False, verdict.reason, verdict.message)
         # The status now says the new attempt, or the replacements: its group is converged on.
-        self.members = group.of(job, new, self.pods, self.in_place)
+        self.members = group.of(
+            job, {**new, "conditions": self.conds.items}, self.pods, self.in_place
+        )
         self.restarted = response.restarts
         new["workers"] = counts([p for p in self.members.current.values() if not p.deleting])
         return None
@@ -266,10 +269,10 @@ class Pass:
         job, result, attempt, now = self.job, self.result, self.attempt, self.now
         current, stale = self.members.current, self.members.stale
         result.delete = [p for p in stale if not p.deleting]
-        result.tell = inplace.to_tell(current.values(), attempt)
-        result.nudge = inplace.to_nudge(current.values(), attempt, now)
-        limit = inplace.limit(job)
-        result.recheck_in(inplace.recheck(current.values(), attempt, self.status, now, limit))
+        standing = self.members.standing
+        result.tell = inplace.to_tell(standing)
+        result.nudge = inplace.to_nudge(standing, now)
+        result.recheck_in(inplace.recheck(standing, now, inplace.limit(job)))
         missing = creation.missing(job, current)
         replacing = self.members.replacing
         result.create = creation.to_create(job, missing, stale, self.observed, attempt, replacing)

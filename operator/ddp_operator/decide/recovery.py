@@ -67,6 +67,7 @@ def respond(
     decision = decide(job, verdict, inplace.obstacle(job, current, stuck, in_place))
     failure_policy.record(new, verdict, attempt, decision.action == IN_PLACE)
     new["replacing"] = []
+    new["attemptStartTime"] = conds.now
     if decision.action == RECREATE:
         new["createdInAttempt"] = attempt + 1
     restarting(conds, decision)
