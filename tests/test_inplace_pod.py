@@ -58,15 +58,22 @@ def test_only_the_watch_restarts_the_pod_and_only_on_its_code() -> None:
 
 
 def test_a_worker_whose_trainer_runs_reads_2_of_2_ready() -> None:
-    """The kubelet counts a running container without a readiness probe ready: the watch gets
-    none, and nothing the operator adds to the trainer has one, so a worker training reads
-    `READY 2/2` (seen on the real node, also after an in-place restart). Once its trainer has
-    ended, the watch keeps the pod for its group's next attempt: `1/2`, kubectl's `NotReady`
-    (a Completed container beside a running one) until the job is done (docs: Restarts)."""
-    containers = pod()["spec"]["containers"]
-    assert [c["name"] for c in containers] == ["trainer", "ddp-attempt-watch"]
-    for container in containers:
-        assert not {"readinessProbe", "startupProbe", "livenessProbe"} & container.keys()
+    """A worker training reads `READY 2/2` (seen on the real node, also after an in-place
+    restart): nothing the operator adds to the trainer has a probe, and the watch's readiness
+    passes unless it found the trainer's processes quiet (a hang: then `1/2`, issue 54). Its
+    probe only reads the watch's own file. Once its trainer has ended, the watch keeps the pod
+    for its group's next attempt: `1/2`, kubectl's `NotReady` (a Completed container beside a
+    running one) until the job is done (docs: Restarts)."""
+    trainer, watch = pod()["spec"]["containers"]
+    assert (trainer["name"], watch["name"]) == ("trainer", "ddp-attempt-watch")
+    assert not {"readinessProbe", "startupProbe", "livenessProbe"} & trainer.keys()
+    assert not {"startupProbe", "livenessProbe"} & watch.keys()
+    assert watch["readinessProbe"]["exec"]["command"] == [
+        "/bin/sh",
+        "-c",
+        "test ! -s /ddp-activity/quiet",
+    ]
+    assert {"name": "ddp-activity", "mountPath": "/ddp-activity"} in watch["volumeMounts"]
 
 
 def test_the_users_containers_and_rules_are_kept() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from test_metrics import scrape
 
+from ddp_operator.model import constants as c
 from ddp_operator.sdk import Client, SDKError, job_manifest
 
 from harness import jobs, pylibs
@@ -425,6 +426,56 @@ def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
     done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
     status = done["status"]
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
+
+
+UNMODIFIED_HANGS_ON_ATTEMPT_0 = """
+import os, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+hang = os.environ["DDP_ATTEMPT"] == "0" and dist.get_rank() == 1
+x = torch.randn(128, 128)
+for step in range(1, 61):
+    if hang and step == 30:
+        time.sleep(100000)  # stuck inside the loop, without exiting
+    for _ in range(10):
+        x = torch.tanh(x @ x)
+    dist.all_reduce(torch.ones(1))
+    time.sleep(0.05)
+print("TRAINED", flush=True)
+"""
+
+
+def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Issue 54: a script with no progress code (no ``report``); rank 1 stops at step 30 of
+    attempt 0 and rank 0 waits in its all_reduce. Each pod's watch finds its processes quiet,
+    its readiness says so, and once both have been quiet for the stall timeout the job says
+    Stalled, restarts the group, and attempt 1 trains to Succeeded."""
+    ns, name = reporting.ns, "quiet-hang"
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
+    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1, backoffLimit=1)
+    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "SCRIPT", "value": UNMODIFIED_HANGS_ON_ATTEMPT_0}]
+    jobs.apply(cluster, job)
+    running = jobs.wait_condition(cluster, ns, name, "Running", timeout=180)
+    restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
+    cond = jobs.condition(restarted, "Restarting")
+    assert "the script reports no progress" in cond["message"], cond
+    assert "(stall timeout 30s" in cond["message"], cond
+    began = datetime.fromisoformat(jobs.condition(running, "Running")["lastTransitionTime"])
+    caught = datetime.fromisoformat(cond["lastTransitionTime"])
+    # Started, trained 30 steps (a few seconds), then: a window or two for the watch to find
+    # the group quiet, a probe period for its readiness to say it, the timeout, a pass.
+    bound = 30 + 2 * c.QUIET_WINDOW_SECONDS + c.QUIET_PROBE_SECONDS + 30
+    assert 30 < (caught - began).total_seconds() <= bound, (began, caught, cond)
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
+    status = done["status"]
+    assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
+    assert not status.get("progress"), status  # it never reported
 
 
 def run_framework_script(

@@ -25,13 +25,13 @@ from . import (
     failure_policy,
     goodput,
     group,
-    hangs,
     inplace,
     inplace_fallback,
     kueue,
     kueue_workload,
     obstacles,
     outcomes,
+    quiet,
     recovery,
     startup,
 )
@@ -234,9 +234,9 @@ class Pass:
             job, current, created, beside.seen, attempt, excused, beside.last, beside.logs
         )
         stuck = inplace.stuck(self.members.standing, attempt, self.now, inplace.limit(job))
-        if not facts and not stuck:  # a training that stopped advancing fails too (``hangs``)
+        if not facts and not stuck:  # a training that stopped fails too (``hangs``, ``quiet``)
             status = {**new, "conditions": self.conds.items}
-            stall, until = hangs.check(job, status, beside.progress, attempt, self.now)
+            stall, until = quiet.stalled(job, status, current, beside.progress, attempt, self.now)
             self.result.recheck_in(until)
             facts = [stall] if stall else []
         if not facts and not stuck:

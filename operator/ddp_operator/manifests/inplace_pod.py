@@ -35,6 +35,14 @@ volumes. The operator needs no credentials in the pod and no exec to use it:
   ``RELEASE_AFTER_SECONDS`` (300) with no new attempt. Its group, if it restarts later, is
   recreated. A template that sets ``shareProcessNamespace: false`` keeps its pods until told.
 
+* the watch also says whether its trainer's processes are quiet (a hang in a script that
+  reports no progress: ``decide.quiet``): every QUIET_WINDOW_SECONDS it reads each process's CPU
+  time (``/proc/<pid>/stat``, readable by all) and writes ``quiet`` to its own volume when none
+  used QUIET_PERCENT of a core in the window, once one had used more (a pod that never computed,
+  such as ``sleep infinity``, is never quiet); its readiness probe fails while it says so. The
+  pod's ContainersReady condition then says since when; nothing else reads it (the job's
+  Service publishes pods not ready).
+
 The watch runs ``/bin/sh`` and ``sleep`` from the trainer's image (already on the node; no image
 of ours to pull), as nobody, and passes Pod Security ``restricted``; an image without either is
 found (``inplace_fallback``) and the job falls back to Recreate.
@@ -55,22 +63,28 @@ ATTEMPT_DIR = (
     "/ddp-attempt"  # the watch's volume: the pod's two annotations, the ConfigMap's attempt
 )
 PROC_DIR = "/proc"  # the pod's processes, the watch sharing their namespace
+ACTIVITY_DIR = "/ddp-activity"  # the watch's own volume: ``quiet`` says its judgement
 
 
-def watch_script(release_after: int = c.RELEASE_AFTER_SECONDS) -> str:
+def watch_script(
+    release_after: int = c.RELEASE_AFTER_SECONDS, window: int = c.QUIET_WINDOW_SECONDS
+) -> str:
     """What the watch runs: shell builtins but ``sleep``, which is checked (exit
     WATCH_LACKS_EXIT_CODE, saying so: ``inplace_fallback``); a ``sleep`` without fractions (POSIX
     only asks for whole seconds) naps a second. TERM ends it at once (sh as PID 1 would ignore
     it). An annotation not set reads as empty: no attempt, never a new one. Sharing the pod's
     process namespace (it is not PID 1 there), it exits 0 once no process but its own and the
     sandbox's has run for ``release_after`` seconds: its trainer ended and no attempt came, and
-    the pod ends as its trainer did, without the operator."""
-    return f"""trap 'exit 0' TERM
+    the pod ends as its trainer did, without the operator; and says whether they are quiet
+    (``busy``: a process's clock ticks in a window, at USER_HZ 100, that are not quiet)."""
+    return rf"""trap 'exit 0' TERM
 command -v sleep >/dev/null 2>&1 || {{
   echo "no sleep command in the trainer's image (PATH=$PATH)"; exit {c.WATCH_LACKS_EXIT_CODE}; }}
 nap=0.2 ticks=5
 sleep "$nap" 2>/dev/null || {{ nap=1 ticks=1; }}
 hold=$(({release_after} * ticks)) idle=0
+window=$(({window} * ticks)) tick=0 active=0
+busy=$(({window} * {c.QUIET_PERCENT}))
 while :; do
   now=
   read -r now < {ATTEMPT_DIR}/attempt || :
@@ -86,6 +100,28 @@ while :; do
       case "${{d##*/}}" in 1|"$$") ;; *) idle=0; break ;; esac
     done
     [ "$idle" -lt "$hold" ] || exit 0
+    tick=$((tick + 1))
+    if [ "$tick" -ge "$window" ]; then
+      tick=0 most=0
+      for d in {PROC_DIR}/[0-9]*; do
+        p=${{d##*/}}
+        case "$p" in 1|"$$") continue ;; esac
+        line=
+        read -r line < "$d/stat" 2>/dev/null || continue
+        # shellcheck disable=SC2086 # the fields after the command's name, split
+        set -- ${{line##*) }}
+        [ "$#" -ge 13 ] || continue
+        used=$((${{12}} + ${{13}})) was=0
+        eval "was=\${{cpu_$p:-0}}; cpu_$p=$used"
+        [ $((used - was)) -le "$most" ] || most=$((used - was))
+      done
+      [ "$most" -lt "$busy" ] || active=1
+      if [ "$active" = 1 ] && [ "$most" -lt "$busy" ]; then
+        echo quiet > {ACTIVITY_DIR}/quiet || :
+      else
+        : > {ACTIVITY_DIR}/quiet || :
+      fi
+    fi
   fi
   sleep "$nap"
 done
@@ -130,7 +166,16 @@ def watch_container(
         "resources": RESOURCES,
         "securityContext": SECURITY,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": c.ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": c.ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True},
+            {"name": c.ACTIVITY_VOLUME, "mountPath": ACTIVITY_DIR},
+        ],
+        "readinessProbe": {
+            "exec": {"command": ["/bin/sh", "-c", f"test ! -s {ACTIVITY_DIR}/quiet"]},
+            "periodSeconds": c.QUIET_PROBE_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": 1,
+        },
         "restartPolicy": "OnFailure",  # killed (by OOM, by hand): it alone starts again
         "restartPolicyRules": [
             {
@@ -181,8 +226,11 @@ def make_in_place(
         "optional": True,
     }
     sources = [{"downwardAPI": {"items": items}}, {"configMap": given}]
-    spec.setdefault("volumes", []).append(
-        {"name": c.ATTEMPT_VOLUME, "projected": {"sources": sources}}
+    spec.setdefault("volumes", []).extend(
+        [
+            {"name": c.ATTEMPT_VOLUME, "projected": {"sources": sources}},
+            {"name": c.ACTIVITY_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        ]
     )
 
 

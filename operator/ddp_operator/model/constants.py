@@ -190,6 +190,14 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
 ATTEMPT_VOLUME = "ddp-attempt"
 RESTART_EXIT_CODE = 86
+# The watch's judgement of its trainer's processes (``inplace_pod``, ``decide.quiet``): quiet when
+# none used QUIET_PERCENT of a CPU core over a window of QUIET_WINDOW_SECONDS, once one had used
+# more (measured: a gloo rank blocked in a collective, or asleep, 0.7%; torchrun's agent 0.4%).
+# Its readiness says it, on the pod's ContainersReady condition, every QUIET_PROBE_SECONDS.
+ACTIVITY_VOLUME = "ddp-activity"
+QUIET_WINDOW_SECONDS = 10
+QUIET_PERCENT = 5
+QUIET_PROBE_SECONDS = 10
 # An in-place pod whose trainer ended, told nothing for this long, ends alone (``inplace_pod``).
 RELEASE_AFTER_SECONDS = 300
 WATCH_LACKS_EXIT_CODE = 127  # the watch found no command it needs in the trainer's image

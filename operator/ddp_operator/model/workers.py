@@ -58,6 +58,7 @@ class WorkerPod:
     trainer_running: bool = False
     watch_backoff: str | None = None  # its watch waits out the kubelet's crash-loop back-off
     watch_broken: str | None = None  # why its watch cannot run (no /bin/sh or sleep in the image)
+    quiet_since: str | None = None  # its watch has found its trainer's processes quiet since
     env_configmap: str | None = None  # the ConfigMap its trainer reads VC_WORKER_HOSTS from
     env_from: tuple[str, ...] = ()  # the ConfigMaps its trainer takes all of (``envFrom``)
     # How it ended, beyond exit code, reason and message (``failure_facts``): the ending
@@ -109,6 +110,20 @@ def _env_from(container: Mapping[str, Any] | None) -> tuple[str, ...]:
     return tuple(sys.intern(r) for r in refs if r)
 
 
+def _quiet_since(status: Mapping[str, Any], watch: Mapping[str, Any]) -> str | None:
+    """Since when the watch has said its trainer's processes are quiet (``inplace_pod``): its
+    readiness failed, on the pod's ContainersReady condition, after the watch started (a
+    probe that never passed, or a container not yet probed, says nothing)."""
+    started = ((watch.get("state") or {}).get("running") or {}).get("startedAt")
+    if watch.get("ready") is not False or not started:
+        return None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "ContainersReady" and cond.get("status") == "False":
+            since = cond.get("lastTransitionTime")
+            return since if since and since > started else None
+    return None
+
+
 def _in_place(
     meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any], trainer: Any
 ) -> dict[str, Any]:
@@ -151,6 +166,7 @@ def _in_place(
         "finishing": c.FINISHED_ANNOTATION in (meta.get("annotations") or {}),
         "watch_broken": ps.cannot_start(watch, c.WATCH_LACKS_EXIT_CODE),
         "watch_backoff": ps.backing_off(watch),
+        "quiet_since": _quiet_since(status, watch) if "running" in trainer_state else None,
     }
     # This attempt's trainer ended while the watch runs (or ends, told that the job finished):
     # the pod is to end. More restarts than tells are the kubelet's (a watch that started

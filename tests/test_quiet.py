@@ -1,0 +1,126 @@
+"""A hang in a script that reports no progress (``quiet``): every worker's processes quiet, as
+each pod's watch says through its readiness (``workers.observe`` reads it from the pod's
+ContainersReady condition), for the stall timeout; never while one computes, never for a job
+that reports, never from a probe that never passed. Pure."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ddp_operator.decide import quiet
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import observe
+
+from jobs import ddpjob
+
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+
+
+def at(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job(**stall: Any):
+    body = ddpjob("j", "ns", nodes=2, restartStrategy="InPlace", stallDetection=stall)
+    body["metadata"]["uid"] = "job-uid"
+    return resolve(body)
+
+
+JOB = job(timeoutSeconds=60)
+
+
+def worker(index: int, quiet_for: float | None, started: float = 600, trainer: bool = True):
+    """An in-place worker whose watch started ``started`` s ago and has been unready (its
+    trainer's processes quiet) for ``quiet_for`` s (None: ready), as its kubelet reports it."""
+    manifest = copy.deepcopy(builders.build_worker_pod(JOB, index, 0, in_place=True))
+    manifest["metadata"]["uid"] = f"uid-{index}"
+    trainer_state = {"running": {"startedAt": at(started)}} if trainer else {"terminated": {}}
+    statuses = [
+        {"name": "trainer", "restartCount": 0, "state": trainer_state, "ready": trainer},
+        {
+            "name": "ddp-attempt-watch",
+            "restartCount": 0,
+            "state": {"running": {"startedAt": at(started)}},
+            "ready": quiet_for is None,
+        },
+    ]
+    ready = "True" if quiet_for is None else "False"
+    since = at(started if quiet_for is None else quiet_for)
+    conds = [{"type": "ContainersReady", "status": ready, "lastTransitionTime": since}]
+    manifest["status"] = {"phase": "Running", "containerStatuses": statuses, "conditions": conds}
+    return observe(manifest)
+
+
+def running(since: float = 600) -> dict[str, Any]:
+    return {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": at(since)}]}
+
+
+def test_a_pod_is_quiet_since_its_watch_turned_unready_after_it_started() -> None:
+    assert worker(0, quiet_for=30).quiet_since == at(30)
+    assert worker(0, quiet_for=None).quiet_since is None
+    # A probe that never passed (the condition False since before the watch started): nothing.
+    assert worker(0, quiet_for=700, started=600).quiet_since is None
+    # A trainer that ended is not quiet: it has ended (``outcomes``, ``failure_facts``).
+    assert worker(0, quiet_for=30, trainer=False).quiet_since is None
+
+
+def test_every_worker_quiet_for_the_timeout_is_a_stall() -> None:
+    current = {0: worker(0, quiet_for=90), 1: worker(1, quiet_for=61)}
+    stall, later = quiet.check(JOB, running(), current, None, 0, NOW)
+    assert stall is not None and stall.reason == "Stalled" and later is None
+    assert stall.message == (
+        f"no process of any worker has used 5% of a CPU core since {at(61)} "
+        "(stall timeout 60s; the script reports no progress)"
+    )
+    # Counted from the last worker to fall quiet, and from the group's start.
+    current[1] = worker(1, quiet_for=20)
+    assert quiet.check(JOB, running(), current, None, 0, NOW) == (None, pytest.approx(40))
+    assert quiet.check(JOB, running(since=10), {0: current[0]}, None, 0, NOW) == (None, None)
+    both = {0: worker(0, quiet_for=90), 1: worker(1, quiet_for=90)}
+    assert quiet.check(JOB, running(since=10), both, None, 0, NOW) == (None, pytest.approx(50))
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "progress", "why"),
+    [
+        ({"timeoutSeconds": 60}, running(), None, None),
+        ({"enabled": False}, running(), None, "stall detection off"),
+        ({"timeoutSeconds": 60}, {"conditions": []}, None, "not all workers running"),
+        ({"timeoutSeconds": 60}, running(), {"attempt": 0, "step": 3}, "the script reports"),
+        ({"timeoutSeconds": 60}, {**running(), "replacing": [{"index": 1}]}, None, "replacing"),
+    ],
+)
+def test_only_a_running_job_that_does_not_report_is_judged_by_its_processes(
+    spec: dict[str, Any], status: dict[str, Any], progress: dict[str, Any] | None, why: str | None
+) -> None:
+    current = {0: worker(0, quiet_for=300), 1: worker(1, quiet_for=300)}
+    stall, _ = quiet.check(job(**spec), status, current, progress, 0, NOW)
+    assert (stall is None) == (why is not None), why
+
+
+def test_one_worker_that_computes_keeps_the_job_from_stalling() -> None:
+    """A rank that saves a checkpoint or evaluates while the others wait for it: not a hang."""
+    current = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=3000)}
+    assert quiet.check(JOB, running(), current, None, 0, NOW) == (None, None)
+
+
+def test_the_automatic_timeout_of_a_job_that_never_reports_is_the_ceiling() -> None:
+    current = {0: worker(0, quiet_for=299), 1: worker(1, quiet_for=299)}
+    assert quiet.check(job(), running(), current, None, 0, NOW)[1] == pytest.approx(1)
+
+
+def test_a_quiet_group_is_restarted_as_stalled_through_the_failure_policy() -> None:
+    pods = [worker(0, quiet_for=90), worker(1, quiet_for=70)]
+    status = {"restarts": 0, **running()}
+    p = plan(JOB, status, pods, NOW, generation=1)
+    assert p.status["restarts"] == 1 and p.status["countedRestarts"] == 1
+    assert p.status["firstFailure"]["reason"] == "Stalled"
+    restarting = next(c for c in p.status["conditions"] if c["type"] == "Restarting")
+    assert "the script reports no progress" in restarting["message"], restarting
+    assert restarting["reason"] == "RestartingInPlace"
