@@ -98,6 +98,10 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
         # S9, the defaults' run: ETTR (useful steps' time over wall time), hang -> restart in s.
         "s9_goodput": _s9(res, "ettr"),
         "s9_hang_detect_s": _s9(res, "hang_detect_s"),
+        # S9, the script with no progress code: hang -> restart in s; whether the job named
+        # the rank that hung (not yet: 0).
+        "s9_hang_unmodified_s": _s9(res, "hang_detect_s", "unmodified"),
+        "s9_culprit_named": _s9(res, "culprit_named", "unmodified"),
         # S9 per configuration: the bench's ETTR and the job's own (status.goodput.ratio).
         **{
             f"s9_{who}ettr_{config.replace('-', '_')}": _s9(res, f"{who}ettr", config)
@@ -109,7 +113,7 @@ def ratios(res: dict[str, Any]) -> dict[str, float]:
     }
 
 
-S9_CONFIGS = ("defaults", "stall-off", "recreate")
+S9_CONFIGS = ("defaults", "stall-off", "recreate", "unmodified")
 S9_KINDS = ("crash", "oom", "hang", "evict")
 
 

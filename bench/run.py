@@ -3,7 +3,7 @@ operator v1 and JobSet, all in one run on the same cluster. Ratios, not absolute
 result; see bench/README.md for the scenarios.
 
     python bench/run.py [--quick] [--only ours,raw,...]      (make bench / make bench-quick)
-    python bench/run.py [--quick] --s9-only [defaults,stall-off,recreate]   (S9 alone)
+    python bench/run.py [--quick] --s9-only [defaults,stall-off,recreate,unmodified]   (S9 alone)
     python bench/run.py --s7-only                                           (S7 alone)
 """
 

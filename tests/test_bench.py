@@ -41,12 +41,16 @@ KEYS = [
     "s8_cpu_per_1000_reports",
     "s9_goodput",
     "s9_hang_detect_s",
+    "s9_hang_unmodified_s",
+    "s9_culprit_named",
     "s9_ettr_defaults",
     "s9_job_ettr_defaults",
     "s9_ettr_stall_off",
     "s9_job_ettr_stall_off",
     "s9_ettr_recreate",
     "s9_job_ettr_recreate",
+    "s9_ettr_unmodified",
+    "s9_job_ettr_unmodified",
     "s9_back_s_crash",
     "s9_back_s_oom",
     "s9_back_s_hang",
@@ -293,8 +297,9 @@ def test_s9s_schedule_is_the_seeds_one_failure_per_attempt_each_reachable():
         gap = 2 * goodput_job.EVERY + 4 if before["kind"] == "evict" else 4
         assert after["step"] >= before["step"] + gap, full
     assert full[0]["step"] >= 4 and full[-1]["step"] < goodput.FULL["steps"]
-    # --quick: the defaults only, a crash and a hang in 40 steps (about 90 s on the real node).
-    assert goodput.QUICK["configs"] == ("defaults",) and goodput.QUICK["steps"] <= 40
+    # --quick: the defaults and the script with no progress code, a crash and a hang in 40
+    # steps (about 90 s each on the real node).
+    assert goodput.QUICK["configs"] == ("defaults", "unmodified") and goodput.QUICK["steps"] <= 40
     quick = goodput_job.schedule(goodput.SEED, goodput.QUICK["steps"], goodput.QUICK["kinds"])
     assert sorted(f["kind"] for f in quick) == ["crash", "hang"]
 

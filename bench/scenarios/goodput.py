@@ -34,7 +34,7 @@ HOST = Path("/tmp/ddp-bench-s9")
 GATEWAY = "198.18.0.1"  # the real node's bridge on this host: its pods reach the operator there
 SEED = 9
 FULL = {"steps": 160, "kinds": KINDS, "configs": tuple(CONFIGS)}
-QUICK = {"steps": 40, "kinds": ("crash", "hang"), "configs": ("defaults",)}
+QUICK = {"steps": 40, "kinds": ("crash", "hang"), "configs": ("defaults", "unmodified")}
 
 
 class Reporting(Ours):
@@ -105,6 +105,16 @@ def evict(ours: Ours, ns: str, pod: str) -> None:
     ours.cluster.core.create_namespaced_pod_eviction(pod, ns, body)
 
 
+def reached(config: Config, status: dict[str, Any], out: Path, attempt: int) -> int | None:
+    """The step ``attempt`` has reached, as the job's status says it (a script that does not
+    report: as its records say, None before its first step)."""
+    if config.reports:
+        progress = status.get("progress") or {}
+        return int(progress.get("step") or 0) if progress.get("attempt") == attempt else None
+    steps = [r["step"] for r in records(out) if r["event"] == "step" and r["attempt"] == attempt]
+    return max(steps) if steps else None
+
+
 def drive(
     ours: Ours,
     hist: JobHistory,
@@ -135,18 +145,13 @@ def drive(
             restarts = attempt
             why = restarting(status)
             log(f"S9 {config.name}: restart {attempt} at {now - t0:.1f} s: {why[:160]}")
-        progress = status.get("progress") or {}
+        step = reached(config, status, out, attempt)
         due = evictions.get(attempt)
-        if (
-            due is not None
-            and attempt not in evicted
-            and progress.get("attempt") == attempt
-            and int(progress.get("step") or 0) >= due["step"]
-        ):
+        if due is not None and attempt not in evicted and step is not None and step >= due["step"]:
             pod = f"{name}-worker-{due['worker']}"
             evict(ours, ns, pod)
-            evicted[attempt] = {"t": time.time(), "status_step": progress["step"]}
-            log(f"S9 {config.name}: evicted {pod} at step {progress['step']} of attempt {attempt}")
+            evicted[attempt] = {"t": time.time(), "status_step": step}
+            log(f"S9 {config.name}: evicted {pod} at step {step} of attempt {attempt}")
         for hang in (r for r in records(out) if r["event"] == "hang" and r["attempt"] >= attempt):
             if now - hang["t"] > config.hang_ends_in:
                 raise Stalled(
@@ -214,6 +219,10 @@ def measure(
         "idle_s": round(wall - len(done) * STEP_S, 2),
         "hang_detect_s": statistics.median(h["detect_s"] for h in hangs) if hangs else None,
         "hangs": hangs,
+        # whether each hang's restart named the worker that hung (its pod's name)
+        "culprit_named": int(all(f"worker-{h['worker']}" in h["restart_message"] for h in hangs))
+        if hangs
+        else None,
         "restarts": [{**r, "t": round(r["t"] - t0, 2)} for r in restarts],
         "evictions": {a: {**e, "t": round(e["t"] - t0, 2)} for a, e in evicted.items()},
         "job_ettr": ledger.get("ratio"),

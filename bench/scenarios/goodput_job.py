@@ -27,13 +27,15 @@ SLACK = 60  # seconds past a hang's expected end before the bench says it did no
 
 @dataclass(frozen=True)
 class Config:
-    """One way of running the same job: its restart strategy, stall detection, and the
-    script's gloo timeout (``init_process_group(timeout=)``: gloo's own end to a hang)."""
+    """One way of running the same job: its restart strategy, stall detection, the script's
+    gloo timeout (``init_process_group(timeout=)``: gloo's own end to a hang), and whether it
+    reports its progress."""
 
     name: str
     strategy: str
     stall: dict[str, Any]
     gloo_timeout: int
+    reports: bool = True  # False: the script as it would be with no progress code (no report)
 
     @property
     def hang_ends_in(self) -> int:
@@ -45,7 +47,8 @@ class Config:
     def title(self) -> str:
         """In words, for the table: "InPlace, stall detection 30 s"."""
         if self.stall.get("enabled", True):
-            return f"{self.strategy}, stall detection {self.stall['timeoutSeconds']} s"
+            said = "" if self.reports else ", no progress reported"
+            return f"{self.strategy}, stall detection {self.stall['timeoutSeconds']} s{said}"
         return f"{self.strategy}, stall detection off, gloo timeout {self.gloo_timeout} s"
 
 
@@ -55,6 +58,8 @@ CONFIGS = {
     "defaults": Config("defaults", c.RESTART_IN_PLACE, ON, 600),
     "stall-off": Config("stall-off", c.RESTART_IN_PLACE, {"enabled": False}, 90),
     "recreate": Config("recreate", c.RESTART_RECREATE, ON, 600),
+    # the script with no progress code: hangs found from the workers' processes (issue 54)
+    "unmodified": Config("unmodified", c.RESTART_IN_PLACE, ON, 600, reports=False),
 }
 
 
@@ -97,6 +102,7 @@ def job(
         "S9_EVERY": str(EVERY),
         "S9_FAILURES": json.dumps(failures),
         "S9_GLOO_TIMEOUT": str(config.gloo_timeout),
+        "S9_REPORT": "1" if config.reports else "0",
         "DDP_PROGRESS_INTERVAL": "1",  # a report a second: the status follows every step
     }
     container = {

@@ -4,7 +4,10 @@ gradients' all_reduce, then sleep for the rest), ``ddp_operator.progress.report`
 a checkpoint every S9_EVERY steps to the job's host folder (S9_OUT, on the real node), said to the
 job (``ddp_operator.progress.checkpoint``); each start resumes from the checkpoint the job says
 (``last_checkpoint``: ``DDP_RESUME_STEP``/``DDP_RESUME_PATH``), with no bookkeeping of its own: the
-steps after it are lost work when a failure comes.
+steps after it are lost work when a failure comes. With S9_REPORT=0 it is the script with no
+progress code: it neither reports nor says its checkpoints, resumes from the latest one in its
+folder, and computes for a fifth of its step rather than sleeping through it (as a real model's
+step does: a script that sleeps through its steps is quiet, ``decide/quiet``).
 
 Failures come from S9_FAILURES (JSON: ``[{"attempt", "step", "kind", "worker"}]``), each at the
 start of its step in its attempt (DDP_ATTEMPT), in its worker: ``crash`` exits 1, ``oom`` touches
@@ -68,7 +71,25 @@ def save(model: torch.nn.Module, step: int) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"step": step, "model": model.state_dict()}, tmp)
     os.replace(tmp, path)
-    checkpoint(step, str(path))
+    if REPORTS:
+        checkpoint(step, str(path))
+
+
+REPORTS = os.environ.get("S9_REPORT", "1") == "1"
+
+
+def latest(out: Path) -> tuple[int, str] | None:
+    """(step, path) of the latest checkpoint in ``out``: what a script without the job's word
+    finds for itself."""
+    found = [(int(p.stem.removeprefix("ckpt-")), str(p)) for p in out.glob("ckpt-*.pt")]
+    return max(found) if found else None
+
+
+def busy(seconds: float) -> None:
+    """Compute for ``seconds`` (a model's step that takes that long)."""
+    end, x = time.monotonic() + seconds, torch.randn(64, 64)
+    while time.monotonic() < end:
+        x = torch.tanh(x @ x)
 
 
 def train() -> None:
@@ -80,11 +101,14 @@ def train() -> None:
     dist.init_process_group("gloo", init_method="env://", timeout=timeout)
     record("init")
     torch.manual_seed(0)
-    model, last = torch.nn.Linear(16, 1), last_checkpoint()
-    start = torch.zeros(1, dtype=torch.int64)
-    if RANK == 0 and last is not None and last.path:
-        model.load_state_dict(torch.load(last.path)["model"])
-        start[0] = last.step
+    model, start = torch.nn.Linear(16, 1), torch.zeros(1, dtype=torch.int64)
+    said = last_checkpoint() if REPORTS else None
+    last = (said.step, said.path) if said is not None and said.path else None
+    if not REPORTS:
+        last = latest(OUT)
+    if RANK == 0 and last is not None:
+        model.load_state_dict(torch.load(last[1])["model"])
+        start[0] = last[0]
     dist.broadcast(start, 0)  # and DDP below takes rank 0's parameters
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
@@ -96,10 +120,14 @@ def train() -> None:
         loss = ddp(torch.randn(32, 16)).pow(2).mean()
         loss.backward()  # the gradients' all_reduce: both workers in step
         opt.step()
+        rest = max(0.0, step_s - (time.monotonic() - t0))
+        if not REPORTS:  # a fifth of the step computing: its processes are not quiet
+            busy(min(rest, step_s / 5))
         time.sleep(max(0.0, step_s - (time.monotonic() - t0)))
         if RANK == 0:
             record("step", step=step)
-        report(step, steps, loss=loss.item())
+        if REPORTS:
+            report(step, steps, loss=loss.item())
         if RANK == 0 and step % every == 0:
             save(model, step)
     record("done", step=steps)
