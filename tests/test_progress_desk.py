@@ -14,6 +14,8 @@ from ddp_operator.act.progress_desk import ProgressDesk
 from ddp_operator.api.progress_server import Sender
 from ddp_operator.model.workers import WorkerPod
 
+from jobs import ddpjob
+
 KEY = ("ns", "j")
 SENDER = Sender("ns", "j-worker-0", "pod-uid")
 
@@ -176,3 +178,26 @@ def test_a_kubeflow_status_update_is_taken_as_a_report() -> None:
         desk.forget(KEY)
 
     asyncio.run(scenario())
+
+
+def test_where_a_quiet_rank_stands_is_kept_for_its_attempt_and_never_written() -> None:
+    """``{"stack": ...}`` (``progress_stacks``): taken from the job's own pod of the current
+    attempt for its own ranks, kept in the job loop's memory for the stall check (``culprit``),
+    not written to the status; a new attempt starts afresh."""
+    writes, jobs = Writes(), Jobs()
+    jobs.loop.body = {**ddpjob("j", "ns", nodes=2), "status": {}}
+    jobs.loop.body["metadata"]["uid"] = "job-uid"
+    jobs.loop.stacks, jobs.loop.stacks_attempt = {}, -1  # type: ignore[attr-defined]
+    desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
+    frames = ["tmp/t.py:10 <module>", "torch/distributed/distributed_c10d.py:2950 all_reduce"]
+    said = {"stack": {"rank": 0, "frames": frames, "quietSeconds": 16}, "attempt": 0}
+    assert asyncio.run(desk.accept(*KEY, SENDER, said)) == (202, "taken")
+    kept = jobs.loop.stacks[0]  # type: ignore[attr-defined]
+    assert (kept["worker"], kept["pod"], kept["frames"]) == (0, "j-worker-0", frames)
+    assert writes.patches == []
+    # Worker 0 (one process a pod) has no rank 1; a stack of an earlier attempt is refused.
+    code, why = asyncio.run(desk.accept(*KEY, SENDER, {"stack": {"rank": 1, "frames": []}}))
+    assert code == 400 and "rank 1 is not one of j-worker-0's" in why
+    stale = {**said, "attempt": 1}
+    assert asyncio.run(desk.accept(*KEY, SENDER, stale))[0] == 409
+    desk.forget(KEY)

@@ -428,6 +428,37 @@ def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
 
 
+def test_a_stall_names_the_rank_that_never_joined_the_collective(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Issue 54: the same hang (rank 1 asleep in its loop at step 6, rank 0 in its
+    all_reduce); each rank, quiet for 15 s, says where it stands (``progress_stacks``), and the
+    stall names worker 1's pod and rank, the line it stood at, and where rank 0 waits."""
+    ns, name = reporting.ns, "culprit"
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
+    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1, backoffLimit=1)
+    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [
+        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
+        {"name": "SCRIPT", "value": HANGS_ON_ATTEMPT_0},
+    ]
+    jobs.apply(cluster, job)
+    restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
+    cond = jobs.condition(restarted, "Restarting")
+    said = (
+        f"{name}-worker-1 (rank 1) never joined the collective: it stood at tmp/t.py:11 in "
+        "<module>; rank 0 waits in all_reduce at tmp/t.py:12; the training's step has not "
+        "advanced from [1-5] since"
+    )
+    assert re.match(re.escape(said).replace(re.escape("[1-5]"), "[1-5]"), cond["message"]), cond
+    first = restarted["status"]["firstFailure"]
+    assert (first["worker"], first["pod"], first["reason"]) == (1, f"{name}-worker-1", "Stalled")
+    assert first["node"], first  # the culprit's node, for the next failure's judgement
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
+    assert done["status"]["restarts"] == 1
+
+
 UNMODIFIED_HANGS_ON_ATTEMPT_0 = """
 import os, time
 import torch

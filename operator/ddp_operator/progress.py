@@ -40,6 +40,11 @@ import urllib.error
 import urllib.request
 from typing import Any, NamedTuple
 
+try:  # where each rank stands when the training stops (a copy of this file alone: nothing)
+    from .progress_stacks import StackWatch
+except ImportError:  # pragma: no cover
+    StackWatch = None  # type: ignore[assignment,misc]
+
 URL_ENV = "DDP_PROGRESS_URL"
 TOKEN_ENV = "DDP_PROGRESS_TOKEN"
 INTERVAL_ENV = "DDP_PROGRESS_INTERVAL"
@@ -104,6 +109,7 @@ class Reporter:
         self._sending = threading.Lock()  # one report at a time: they arrive in order
         self._busy = False  # the thread has taken a report it has not sent yet
         self.sent = 0  # reports the operator accepted
+        self._stacks: Any = None  # this rank's StackWatch, from its first report
 
     def say_once(self, what: str, message: str) -> None:
         """One line on stderr per kind of trouble: the training output stays readable."""
@@ -119,8 +125,10 @@ class Reporter:
         phase_timeout: float | None = None,
         **metrics: Any,
     ) -> None:
-        """Queue a report (rank 0 only); the newest replaces one not sent yet."""
+        """Queue a report (rank 0 only); the newest replaces one not sent yet. Every rank's
+        call tells its StackWatch that it advances."""
         try:
+            self._advances()
             if _rank() != 0:
                 return
             if not self.url:
@@ -151,6 +159,19 @@ class Reporter:
                 self._cond.notify()
         except Exception as exc:  # (never raise into the training loop)
             self.say_once("report", f"report({step!r}) failed: {exc}")
+
+    def _advances(self) -> None:
+        """This rank advances: its StackWatch (started at its first call) is told."""
+        if self._stacks is None and self.url and StackWatch is not None:
+            self._stacks = StackWatch(_rank, self._send_stack)
+            self._stacks.start()
+        if self._stacks is not None:
+            self._stacks.called()
+
+    def _send_stack(self, payload: dict[str, Any]) -> bool:
+        if os.environ.get("DDP_ATTEMPT", "").isdigit():
+            payload["attempt"] = int(os.environ["DDP_ATTEMPT"])
+        return self._send(payload)
 
     def checkpoint(self, step: int, path: str | None = None) -> None:
         """Say a checkpoint of ``step`` is saved (at ``path``): sent at once with the last

@@ -12,6 +12,10 @@ that declares another attempt than the job's: a stale report would reset the sta
 
 A report that says a new checkpoint (``checkpoints``) is written within CHECKPOINT_GAP seconds
 of the last write, with ``status.checkpoint``, rather than the interval.
+
+A rank quiet for a while sends where it stands instead (``{"stack": ...}``, any rank: its pod's
+ranks only, ``culprit.normalize``): kept in the job loop's memory for its attempt, never
+written, read by the stall check to name the rank that hung (``culprit``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from ..api import metrics
 from ..api.kube import Kube
 from ..api.progress_server import Sender
 from ..api.transport import JobGone
-from ..decide import checkpoints, kubeflow_status, progress_report
+from ..decide import checkpoints, culprit, kubeflow_status, progress_report
+from ..model.jobspec import SpecError, resolve
 from .registry import Runners
 from .runner import Key
 
@@ -90,6 +95,8 @@ class ProgressDesk:
             metrics.PROGRESS_REPORTS.labels("refused").inc()
             return 403, refused
         attempt, now = self._attempt(key), received or datetime.now(UTC)
+        if not kubeflow and isinstance(payload, Mapping) and "stack" in payload:
+            return self._stack(key, sender, payload, attempt, now)
         try:
             if kubeflow:
                 payload = kubeflow_status.as_report(payload, self._before(key))
@@ -134,6 +141,29 @@ class ProgressDesk:
         except ApiException as exc:
             metrics.PROGRESS_REPORTS.labels("failed").inc()
             return 503, f"cannot write the job's status: {exc.status} {exc.reason}"
+        return 202, "taken"
+
+    def _stack(
+        self, key: Key, sender: Sender, payload: Mapping[str, Any], attempt: int, now: datetime
+    ) -> tuple[int, str]:
+        """Keep where one rank of the sender's pod stands, for the job loop's stall check."""
+        runner = self.runners.job(key)
+        pod = next((p for p in self.runners.index.get(key) if p.uid == sender.pod_uid), None)
+        if runner is None or pod is None:  # (checked by ``refusal``; gone since)
+            return 403, f"pod {sender.pod} is no worker of ddpjob {key[0]}/{key[1]}"
+        if payload.get("attempt", attempt) != attempt:
+            metrics.PROGRESS_REPORTS.labels("refused").inc()
+            return 409, f"a stack of attempt {payload.get('attempt')}: the job is at {attempt}"
+        try:
+            procs = resolve(runner.body).procs_per_node
+            kept = culprit.normalize(payload["stack"], pod.index, procs, pod.name, now)
+        except (culprit.BadStack, SpecError) as exc:
+            metrics.PROGRESS_REPORTS.labels("invalid").inc()
+            return 400, f"bad stack: {exc}"
+        if runner.stacks_attempt != attempt:
+            runner.stacks, runner.stacks_attempt = {}, attempt
+        runner.stacks[kept["rank"]] = kept
+        metrics.PROGRESS_REPORTS.labels("accepted").inc()
         return 202, "taken"
 
     def _before(self, key: Key) -> Mapping[str, Any] | None:

@@ -103,6 +103,8 @@ class JobRunner:
         self.refused: str | None = None  # why the API server refused in-place pods, if it did
         self.reported: dict[str, Any] | None = None  # its latest report, maybe not written yet
         self.marked: dict[str, Any] | None = None  # its latest checkpoint, maybe not written yet
+        self.stacks: dict[int, dict[str, Any]] = {}  # where its quiet ranks stand (``culprit``)
+        self.stacks_attempt = -1  # the attempt they stand in
         self.spent = 0.0  # CPU seconds the last pass's decisions took (``pacing``)
         self.legacy_env = False  # a pod of the job read the legacy ConfigMap (``job_configmap``)
         self.logs = failure_logs.FailureLogs(kube)  # its failures' logs read, once per attempt
@@ -277,7 +279,7 @@ class JobRunner:
                 told,
                 self.refused,
                 self.memory.last,
-                progress_report.latest(_progress(body), self.reported),
+                self._progress(body),
                 admission,
                 self.logs.known(job),
             )
@@ -300,6 +302,14 @@ class JobRunner:
         if self.writer.due is not None:  # a held-back progress write
             plan.recheck_in(max(0.0, self.writer.due - time.monotonic()))
         return plan.requeue_after
+
+    def _progress(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The training's latest report, with where its quiet ranks stand in this attempt
+        (kept here, never written: ``culprit``)."""
+        progress = progress_report.latest(_progress(body), self.reported)
+        if not progress or not self.stacks or self.stacks_attempt != progress.get("attempt"):
+            return progress
+        return {**progress, "stacks": dict(self.stacks)}
 
     async def execute(self, job: Any, plan: reconcile.Plan) -> None:
         """Carry out a plan. One that removes anything or starts a new attempt records its status

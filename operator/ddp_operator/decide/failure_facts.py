@@ -31,6 +31,7 @@ from .conditions import format_time
 # Reasons of the pod (status.reason) that say the control plane took it away.
 DISRUPTED_REASONS = frozenset(("Evicted", "NodeLost", "Preempted", "Preempting"))
 DELETED = "Deleted"  # a pod deleted by someone, with no disruption condition
+STALLED = "Stalled"  # the training stopped advancing (``hangs``, ``quiet``)
 STUCK = "RestartStuck"  # an in-place restart not done in time
 # A collateral failure this close to one that is not never decides the attempt.
 COLLATERAL_WINDOW = timedelta(seconds=5)
@@ -100,8 +101,9 @@ class WorkerFailure:
         )
 
     def describe(self) -> str:
-        """What happened, in one line: the pod, how it ended, where, its first words."""
-        if self.index < 0:
+        """What happened, in one line: the pod, how it ended, where, its first words (a stall:
+        its message, which names the worker that hung, if one was found)."""
+        if self.index < 0 or self.reason == STALLED:
             return self.message
         words = self.words
         where = f" on node {self.node}" if self.node else ""

@@ -29,10 +29,11 @@ from ..model import constants as c
 from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
 from ..model.stall_detection import CEILING, FLOOR, LEAST_STEPS, PHASE_DEFAULT, STEPS
+from . import culprit
 from .conditions import condition, parse_time
-from .failure_facts import WorkerFailure
+from .failure_facts import STALLED, WorkerFailure
 
-STALLED = "Stalled"
+__all__ = ["STALLED", "check", "timeout"]
 
 
 def timeout(job: JobSpec, progress: Mapping[str, Any] | None) -> int:
@@ -97,4 +98,9 @@ def check(
             f"{progress.get('advanced') or progress.get('updated')} (stall timeout {limit}s"
             f"{'' if job.stall_detection.timeout_seconds else ', automatic'})"
         )
-    return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None
+    hung = culprit.named(progress.get("stacks") or {}, advanced)
+    if hung is None:
+        return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None
+    message = f"{hung.words}; {message}"
+    pod = str(progress["stacks"][hung.rank]["pod"])
+    return WorkerFailure(hung.index, pod, STALLED, message=message, time=None, finished=False), None

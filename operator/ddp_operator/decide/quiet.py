@@ -24,6 +24,7 @@ spells' starts and the group's start. How the signal behaves:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,10 +48,13 @@ def stalled(
     now: datetime,
 ) -> tuple[WorkerFailure | None, float | None]:
     """(the stall, else seconds until it would be): by the script's steps where it reports in
-    the attempt (``hangs``), else by its processes (``check``)."""
+    the attempt (``hangs``, with the worker that hung if it was found, and its node), else by
+    its processes (``check``)."""
     stall, until = steps_stalled(job, status, progress, attempt, now)
     if stall is None and until is None:
         return check(job, status, current, progress, attempt, now)
+    if stall is not None and (pod := current.get(stall.index)) is not None:
+        stall = dataclasses.replace(stall, node=pod.node)  # the culprit's
     return stall, until
 
 

@@ -1,0 +1,117 @@
+"""The rank that hung, from where each rank stood (``progress_stacks``: a rank quiet for a while
+sends its main thread's Python stack). In synchronous DDP a hang is one rank that never joins a
+collective the others wait in: the ranks whose innermost frame is torch's (a collective, or a
+backward pass whose gradients' all_reduce waits) wait; a rank whose innermost frame is the
+script's own (a sleep, a deadlock, a loop) stands outside, and is the one that hung. Pure:
+plain data in (never a tenant's pickle), words and a worker index out.
+
+A stack is taken only from the job's own pod of the current attempt (``progress_desk``), kept
+in the operator's memory (lost with it: a restarted operator names nobody until the ranks speak
+again), and counts only if it was sent after the training last advanced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .conditions import parse_time
+
+MAX_FRAMES = 16
+MAX_FRAME_CHARS = 256
+MAX_RANK = 1 << 20
+
+
+class BadStack(ValueError):
+    """A stack report that is not one."""
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """The worker (index) and rank that stood outside torch, and the words for the job."""
+
+    index: int
+    rank: int
+    words: str
+
+
+def normalize(raw: Any, worker: int, procs: int, pod: str, now: datetime) -> dict[str, Any]:
+    """A stack report as kept: ``{"rank", "worker", "pod", "frames", "at"}``; raises BadStack.
+    ``worker``, ``procs``: the sender pod's index and processes per pod (its ranks)."""
+    if not isinstance(raw, Mapping):
+        raise BadStack("stack must be an object")
+    rank, frames = raw.get("rank"), raw.get("frames")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < MAX_RANK:
+        raise BadStack(f"stack.rank must be a rank, not {rank!r}")
+    if procs > 0 and rank // procs != worker:
+        raise BadStack(f"rank {rank} is not one of {pod}'s (worker {worker} x {procs})")
+    if not isinstance(frames, list) or not all(isinstance(f, str) for f in frames):
+        raise BadStack("stack.frames must be a list of strings")
+    kept = [f[:MAX_FRAME_CHARS] for f in frames[-MAX_FRAMES:]]
+    at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"rank": rank, "worker": worker, "pod": pod, "frames": kept, "at": at}
+
+
+# Where a rank waits for the others: a collective, a backward pass (DDP's all_reduce of the
+# gradients), DDP's own broadcasts, a device synchronisation. A rank elsewhere in torch (its
+# DataLoader, say) is not waiting for the others: it stands outside.
+WAITS_IN = (
+    "torch/distributed/",
+    "torch/autograd/",
+    "torch/_tensor.py",
+    "torch/nn/parallel/",
+    "torch/cuda/",
+)
+
+
+def in_torch(frame: str) -> bool:
+    return frame.startswith("torch/")
+
+
+def waits(frames: list[str]) -> bool:
+    """Whether a rank stands where it waits for the others (its innermost frame)."""
+    return bool(frames) and frames[-1].startswith(WAITS_IN)
+
+
+def _caller(frames: list[str]) -> str | None:
+    """The script's frame that called into torch (``path:line``), if any."""
+    outside = [f for f in frames if not in_torch(f)]
+    return outside[-1].split(" ")[0] if outside else None
+
+
+def _op(frames: list[str]) -> str:
+    """The torch function a waiting rank stands in: its innermost public one (``all_reduce``,
+    ``backward``; not a decorator's ``wrapper``)."""
+    names = [f.rsplit(" ", 1)[-1] for f in frames if in_torch(f)]
+    public = [n for n in names if not n.startswith("_") and n not in ("wrapper", "inner")]
+    return public[-1] if public else "torch"
+
+
+def named(stacks: Mapping[int, Mapping[str, Any]], since: datetime | None) -> Culprit | None:
+    """The rank that stands outside while others wait in torch, among ``stacks`` (by rank)
+    sent after ``since`` (the training's last advance); None unless exactly one worker's ranks
+    stand outside and at least one rank waits."""
+    fresh = {
+        r: s
+        for r, s in stacks.items()
+        if s.get("frames")
+        and (since is None or ((t := parse_time(s.get("at"))) is not None and t >= since))
+    }
+    waiting = {r: s for r, s in fresh.items() if waits(s["frames"])}
+    outside = {r: s for r, s in fresh.items() if r not in waiting}
+    if not waiting or not outside or len({s["worker"] for s in outside.values()}) != 1:
+        return None
+    rank = min(outside)
+    s = outside[rank]
+    where = s["frames"][-1].split(" ")
+    ranks = ", ".join(str(r) for r in sorted(waiting))
+    others = next(iter(waiting.values()))["frames"]
+    at = f" at {caller}" if (caller := _caller(others)) else ""
+    who = f"ranks {ranks} wait" if len(waiting) > 1 else f"rank {ranks} waits"
+    words = (
+        f"{s['pod']} (rank {rank}) never joined the collective: it stood at {where[0]} in "
+        f"{where[-1]}; {who} in {_op(others)}{at}"
+    )
+    return Culprit(int(s["worker"]), rank, words)

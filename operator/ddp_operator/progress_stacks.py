@@ -1,0 +1,90 @@
+"""Where each rank stands when its training stops: started by ``progress.report`` on every
+rank, a daemon thread sends the rank's main-thread Python stack to the operator once the rank
+has not called ``report`` for a while, once per such spell. On a stall, the operator names the
+rank that stands outside torch while the others wait in a collective (``decide/culprit``):
+the rank that never joined it.
+
+"A while" is QUIET_FACTOR times the rank's usual gap between two calls, and at least
+LEAST_QUIET seconds (``DDP_STACK_AFTER`` overrides it): a healthy job sends nothing, and a
+long step sends once. The standard library only, like ``progress``; it never raises into the
+training and never blocks it (its thread alone waits on the network).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+AFTER_ENV = "DDP_STACK_AFTER"
+LEAST_QUIET = 15.0  # seconds: under the least stall timeout (30 s) with a poll to spare
+QUIET_FACTOR = 3.0
+POLL = 2.0  # seconds between two looks
+GAPS = 20  # the recent gaps between calls the usual one is taken from
+MAX_FRAMES = 12  # innermost
+MAX_FRAME_CHARS = 200
+
+
+def frames(thread: threading.Thread) -> list[str]:
+    """``thread``'s stack, innermost last, as ``path:line function`` (the path's last two
+    parts, or from ``torch/`` on); at most MAX_FRAMES."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return []
+    found = []
+    for summary in traceback.extract_stack(frame)[-MAX_FRAMES:]:
+        path = summary.filename.replace(os.sep, "/")
+        at = path.rfind("/torch/")
+        short = path[at + 1 :] if at >= 0 else "/".join(path.split("/")[-2:])
+        found.append(f"{short}:{summary.lineno} {summary.name}"[:MAX_FRAME_CHARS])
+    return found
+
+
+class StackWatch:
+    """Sends this rank's stack through ``send`` once it has been quiet for a while."""
+
+    def __init__(self, rank: Callable[[], int], send: Callable[[dict[str, Any]], bool]) -> None:
+        self.rank, self.send = rank, send
+        self.main = threading.main_thread()
+        self._called = time.monotonic()
+        self._gaps: list[float] = []
+        self._sent = False  # this quiet spell's stack went
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="ddp-stack", daemon=True)
+        try:
+            self._fixed: float | None = float(os.environ[AFTER_ENV])
+        except (KeyError, ValueError):
+            self._fixed = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def called(self) -> None:
+        """``report`` was called: the rank advances; a new spell begins."""
+        now = time.monotonic()
+        with self._lock:
+            self._gaps = [*self._gaps[-(GAPS - 1) :], now - self._called]
+            self._called, self._sent = now, False
+
+    def after(self) -> float:
+        """Seconds without a call after which the rank is quiet."""
+        if self._fixed is not None:
+            return self._fixed
+        usual = statistics.median(self._gaps) if self._gaps else 0.0
+        return max(LEAST_QUIET, QUIET_FACTOR * usual)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(POLL)
+            with self._lock:
+                quiet = time.monotonic() - self._called
+                due = not self._sent and quiet >= self.after()
+                self._sent = self._sent or due
+            if due:
+                stack = {"rank": self.rank(), "frames": frames(self.main), "quietSeconds": quiet}
+                self.send({"stack": {**stack, "quietSeconds": round(quiet)}})

@@ -1,0 +1,126 @@
+"""The rank that hung, named from where each rank stood (``culprit``): the one outside torch
+while the others wait in a collective; nobody when no rank waits, when the stacks predate the
+last advance, or when ranks of two workers stand outside. A stall names it (``hangs``). Pure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ddp_operator.decide import culprit, hangs
+from ddp_operator.decide.reconcile import plan
+from ddp_operator.model.jobspec import resolve
+from ddp_operator.model.workers import WorkerPod
+
+from jobs import ddpjob
+
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+WAITS = [
+    "tmp/t.py:10 <module>",
+    "torch/distributed/c10d_logger.py:81 wrapper",
+    "torch/distributed/distributed_c10d.py:2950 all_reduce",
+]
+SLEEPS = ["tmp/t.py:9 <module>"]
+
+
+def at(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def stack(rank: int, frames: list[str], ago: float = 10, procs: int = 1) -> dict[str, Any]:
+    worker = rank // procs
+    kept = culprit.normalize(
+        {"rank": rank, "frames": frames}, worker, procs, f"j-worker-{worker}", NOW
+    )
+    return {**kept, "at": at(ago)}
+
+
+def test_the_rank_outside_torch_while_the_others_wait_is_named() -> None:
+    found = culprit.named({0: stack(0, WAITS), 1: stack(1, SLEEPS)}, NOW - timedelta(seconds=30))
+    assert found == culprit.Culprit(
+        1,
+        1,
+        "j-worker-1 (rank 1) never joined the collective: it stood at tmp/t.py:9 in <module>; "
+        "rank 0 waits in all_reduce at tmp/t.py:10",
+    )
+    # Ranks of one pod (torchrun's): the pod is named, with the first such rank.
+    four = {r: stack(r, SLEEPS if r in (2, 3) else WAITS, procs=2) for r in range(4)}
+    found = culprit.named(four, None)
+    assert found is not None and (found.index, found.rank) == (1, 2)
+    assert "ranks 0, 1 wait in all_reduce" in found.words
+
+
+def test_a_rank_stuck_in_its_data_loader_stands_outside_the_collective() -> None:
+    loader = ["tmp/t.py:20 <module>", "torch/utils/data/dataloader.py:733 __next__"]
+    found = culprit.named({0: stack(0, WAITS), 1: stack(1, loader)}, None)
+    assert found is not None and found.rank == 1
+
+
+@pytest.mark.parametrize(
+    ("stacks", "why"),
+    [
+        ({0: stack(0, WAITS), 1: stack(1, WAITS)}, "every rank waits: the culprit is silent"),
+        ({0: stack(0, SLEEPS), 1: stack(1, SLEEPS)}, "no rank waits"),
+        ({0: stack(0, WAITS)}, "only waiting ranks spoke"),
+        ({0: stack(0, WAITS), 1: stack(1, SLEEPS, ago=40)}, "sent before the last advance"),
+    ],
+)
+def test_nobody_is_named_without_one_worker_outside_and_one_rank_waiting(
+    stacks: dict[int, dict[str, Any]], why: str
+) -> None:
+    assert culprit.named(stacks, NOW - timedelta(seconds=30)) is None, why
+
+
+def test_a_stack_is_taken_only_for_its_pods_ranks_and_bounded() -> None:
+    with pytest.raises(culprit.BadStack, match="rank 3 is not one of j-worker-0's"):
+        culprit.normalize({"rank": 3, "frames": []}, 0, 2, "j-worker-0", NOW)
+    for raw in ({"rank": "0", "frames": []}, {"rank": 0, "frames": [1]}, ["rank"]):
+        with pytest.raises(culprit.BadStack):
+            culprit.normalize(raw, 0, 1, "j-worker-0", NOW)
+    kept = culprit.normalize({"rank": 0, "frames": ["x" * 999] * 40}, 0, 1, "p", NOW)
+    assert len(kept["frames"]) == culprit.MAX_FRAMES
+    assert {len(f) for f in kept["frames"]} == {culprit.MAX_FRAME_CHARS}
+
+
+def test_a_stall_names_the_worker_that_hung_and_its_failure_says_which() -> None:
+    body = ddpjob("j", "ns", nodes=2, stallDetection={"timeoutSeconds": 30})
+    body["metadata"]["uid"] = "u"
+    job = resolve(body)
+    conds = [{"type": "Running", "status": "True", "lastTransitionTime": at(600)}]
+    progress = {"step": 5, "attempt": 0, "advanced": at(40), "updated": at(40)}
+    progress["stacks"] = {0: stack(0, WAITS), 1: stack(1, SLEEPS)}
+    stall, _ = hangs.check(job, {"conditions": conds}, progress, 0, NOW)
+    assert stall is not None and (stall.index, stall.pod) == (1, "j-worker-1")
+    assert stall.message.startswith("j-worker-1 (rank 1) never joined the collective: ")
+    assert "; the training's step has not advanced from 5 since" in stall.message
+    pods = [WorkerPod(f"j-worker-{i}", i, 0, "Running", uid=f"p{i}", owner_uid="u") for i in (0, 1)]
+    p = plan(job, {"restarts": 0, "conditions": conds}, pods, NOW, generation=1, progress=progress)
+    first = p.status["firstFailure"]
+    assert (first["worker"], first["pod"], first["reason"]) == (1, "j-worker-1", "Stalled")
+    restarting = next(c for c in p.status["conditions"] if c["type"] == "Restarting")
+    assert restarting["message"].startswith("j-worker-1 (rank 1) never joined the collective")
+    assert p.status["restarts"] == 1
+
+
+def test_an_elastic_job_replaces_the_worker_that_hung_alone() -> None:
+    """Issue 54: the stall is that worker's failure, so an elastic job replaces it alone (its
+    agents re-rendezvous without it), as it would a crash of it; the others run on."""
+    body = ddpjob("j", "ns", nodes=3, procsPerNode=2, minNodes=2, maxNodes=3)
+    body["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    body["metadata"]["uid"] = "u"
+    job = resolve(body)
+    conds = [{"type": "Running", "status": "True", "lastTransitionTime": at(600)}]
+    progress = {"step": 5, "attempt": 0, "advanced": at(40), "updated": at(40)}
+    progress["stacks"] = {r: stack(r, SLEEPS if r in (2, 3) else WAITS, procs=2) for r in range(6)}
+    pods = [
+        WorkerPod(f"j-worker-{i}", i, 0, "Running", uid=f"p{i}", owner_uid="u", node=f"n{i}")
+        for i in range(3)
+    ]
+    status = {"restarts": 0, "conditions": conds}
+    p = plan(job, status, pods, NOW, generation=1, progress=progress)
+    assert p.status["restarts"] == 0 and p.status["replacing"] == [{"index": 1, "uid": "p1"}]
+    first = p.status["firstFailure"]
+    assert (first["worker"], first["node"], first["action"]) == (1, "n1", "ReplaceWorker")
+    assert [x.name for x in p.delete] == ["j-worker-1"]
