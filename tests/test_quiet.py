@@ -72,7 +72,7 @@ def test_a_pod_is_quiet_since_its_watch_turned_unready_after_it_started() -> Non
 
 def test_every_worker_quiet_for_the_timeout_is_a_stall() -> None:
     current = {0: worker(0, quiet_for=90), 1: worker(1, quiet_for=61)}
-    stall, later = quiet.check(JOB, running(), current, None, 0, NOW)
+    stall, later = quiet.check(JOB, running(), current, NOW)
     assert stall is not None and stall.reason == "Stalled" and later is None
     assert stall.message == (
         f"no process of any worker has used 5% of a CPU core since {at(61)} "
@@ -80,10 +80,10 @@ def test_every_worker_quiet_for_the_timeout_is_a_stall() -> None:
     )
     # Counted from the last worker to fall quiet, and from the group's start.
     current[1] = worker(1, quiet_for=20)
-    assert quiet.check(JOB, running(), current, None, 0, NOW) == (None, pytest.approx(40))
-    assert quiet.check(JOB, running(since=10), {0: current[0]}, None, 0, NOW) == (None, None)
+    assert quiet.check(JOB, running(), current, NOW) == (None, pytest.approx(40))
+    assert quiet.check(JOB, running(since=10), {0: current[0]}, NOW) == (None, None)
     both = {0: worker(0, quiet_for=90), 1: worker(1, quiet_for=90)}
-    assert quiet.check(JOB, running(since=10), both, None, 0, NOW) == (None, pytest.approx(50))
+    assert quiet.check(JOB, running(since=10), both, NOW) == (None, pytest.approx(50))
 
 
 @pytest.mark.parametrize(
@@ -100,19 +100,19 @@ def test_only_a_running_job_that_does_not_report_is_judged_by_its_processes(
     spec: dict[str, Any], status: dict[str, Any], progress: dict[str, Any] | None, why: str | None
 ) -> None:
     current = {0: worker(0, quiet_for=300), 1: worker(1, quiet_for=300)}
-    stall, _ = quiet.check(job(**spec), status, current, progress, 0, NOW)
+    stall, _ = quiet.stalled(job(**spec), status, current, progress, 0, NOW)
     assert (stall is None) == (why is not None), why
 
 
 def test_one_worker_that_computes_keeps_the_job_from_stalling() -> None:
     """A rank that saves a checkpoint or evaluates while the others wait for it: not a hang."""
     current = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=3000)}
-    assert quiet.check(JOB, running(), current, None, 0, NOW) == (None, None)
+    assert quiet.check(JOB, running(), current, NOW) == (None, None)
 
 
 def test_the_automatic_timeout_of_a_job_that_never_reports_is_the_ceiling() -> None:
     current = {0: worker(0, quiet_for=299), 1: worker(1, quiet_for=299)}
-    assert quiet.check(job(), running(), current, None, 0, NOW)[1] == pytest.approx(1)
+    assert quiet.check(job(), running(), current, NOW)[1] == pytest.approx(1)
 
 
 def test_a_quiet_group_is_restarted_as_stalled_through_the_failure_policy() -> None:

@@ -377,6 +377,20 @@ def test_a_job_failing_at_the_same_step_after_every_restart_stops_with_no_progre
     assert "RESUMED from step 3" in worker_log(cluster, ns, f"{name}-worker-0")
 
 
+def hanging_job(name: str, ns: str, image: str, script: str) -> dict[str, Any]:
+    """2 workers x 1 process running ``script`` (reports, if it makes any, every second), stall
+    timeout 30 s, one restart allowed."""
+    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
+    job = trainer_job(name, ns, image, args, procsPerNode=1, backoffLimit=1)
+    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [
+        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
+        {"name": "SCRIPT", "value": script},
+    ]
+    return job
+
+
 HANGS_ON_ATTEMPT_0 = """
 import os, time
 import torch
@@ -403,15 +417,7 @@ def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
     started again: it finds the stall clock in the status, says Stalled within the timeout plus
     a pass, restarts the group, and attempt 1 trains to Succeeded."""
     ns, name = reporting.ns, "hang"
-    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
-    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1, backoffLimit=1)
-    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
-    trainer = job["spec"]["template"]["spec"]["containers"][0]
-    trainer["env"] = [
-        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
-        {"name": "SCRIPT", "value": HANGS_ON_ATTEMPT_0},
-    ]
-    jobs.apply(cluster, job)
+    jobs.apply(cluster, hanging_job(name, ns, images["trainer"], HANGS_ON_ATTEMPT_0))
     wait_for(lambda: progress(cluster, ns, name).get("step", 0) >= 3, timeout=180, what="reports")
     reporting.op.kill()
     reporting.op = reporting.start()
@@ -435,15 +441,7 @@ def test_a_stall_names_the_rank_that_never_joined_the_collective(
     all_reduce); each rank, quiet for 15 s, says where it stands (``progress_stacks``), and the
     stall names worker 1's pod and rank, the line it stood at, and where rank 0 waits."""
     ns, name = reporting.ns, "culprit"
-    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
-    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1, backoffLimit=1)
-    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
-    trainer = job["spec"]["template"]["spec"]["containers"][0]
-    trainer["env"] = [
-        {"name": "DDP_PROGRESS_INTERVAL", "value": "1"},
-        {"name": "SCRIPT", "value": HANGS_ON_ATTEMPT_0},
-    ]
-    jobs.apply(cluster, job)
+    jobs.apply(cluster, hanging_job(name, ns, images["trainer"], HANGS_ON_ATTEMPT_0))
     restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
     cond = jobs.condition(restarted, "Restarting")
     said = (
@@ -486,12 +484,7 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     its readiness says so, and once both have been quiet for the stall timeout the job says
     Stalled, restarts the group, and attempt 1 trains to Succeeded."""
     ns, name = reporting.ns, "quiet-hang"
-    args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
-    job = trainer_job(name, ns, images["trainer"], args, procsPerNode=1, backoffLimit=1)
-    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
-    trainer = job["spec"]["template"]["spec"]["containers"][0]
-    trainer["env"] = [{"name": "SCRIPT", "value": UNMODIFIED_HANGS_ON_ATTEMPT_0}]
-    jobs.apply(cluster, job)
+    jobs.apply(cluster, hanging_job(name, ns, images["trainer"], UNMODIFIED_HANGS_ON_ATTEMPT_0))
     running = jobs.wait_condition(cluster, ns, name, "Running", timeout=180)
     restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
     cond = jobs.condition(restarted, "Restarting")

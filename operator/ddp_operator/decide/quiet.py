@@ -51,25 +51,21 @@ def stalled(
     the attempt (``hangs``, with the worker that hung if it was found, and its node), else by
     its processes (``check``)."""
     stall, until = steps_stalled(job, status, progress, attempt, now)
-    if stall is None and until is None:
-        return check(job, status, current, progress, attempt, now)
+    reports = bool(progress) and (progress or {}).get("attempt") == attempt
+    if stall is None and until is None and not reports:
+        return check(job, status, current, now)
     if stall is not None and (pod := current.get(stall.index)) is not None:
         stall = dataclasses.replace(stall, node=pod.node)  # the culprit's
     return stall, until
 
 
 def check(
-    job: JobSpec,
-    status: Mapping[str, Any],
-    current: Mapping[int, WorkerPod],
-    progress: Mapping[str, Any] | None,
-    attempt: int,
-    now: datetime,
+    job: JobSpec, status: Mapping[str, Any], current: Mapping[int, WorkerPod], now: datetime
 ) -> tuple[WorkerFailure | None, float | None]:
-    """(the stall, if every worker has been quiet for the stall timeout; else seconds until it
-    would be, or None while some worker is not quiet: its pod's next change wakes the job)."""
-    reports = bool(progress) and (progress or {}).get("attempt") == attempt
-    if not job.stall_detection.enabled or reports or status.get("replacing"):
+    """(the stall of a job whose script has not reported in the attempt, if every worker has
+    been quiet for the stall timeout; else seconds until it would be, or None while some worker
+    is not quiet: its pod's next change wakes the job)."""
+    if not job.stall_detection.enabled or status.get("replacing"):
         return None, None
     running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
     if running.get("status") != "True" or len(current) < job.nodes:
