@@ -64,6 +64,13 @@ def test_a_rank_stuck_in_its_data_loader_stands_outside_the_collective() -> None
         ({0: stack(0, WAITS), 1: stack(1, WAITS)}, "every rank waits: the culprit is silent"),
         ({0: stack(0, SLEEPS), 1: stack(1, SLEEPS)}, "no rank waits"),
         ({0: stack(0, WAITS)}, "only waiting ranks spoke"),
+        (
+            {
+                0: stack(0, WAITS),
+                1: stack(1, ["tmp/t.py:3 <module>", "python3.11/threading.py:1 join"]),
+            },
+            "rank 1's main thread only waits for the thread that trains",
+        ),
         ({0: stack(0, WAITS), 1: stack(1, SLEEPS, ago=40)}, "sent before the last advance"),
     ],
 )

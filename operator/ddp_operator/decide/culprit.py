@@ -70,6 +70,12 @@ def in_torch(frame: str) -> bool:
     return frame.startswith("torch/")
 
 
+def unknown(frames: list[str]) -> bool:
+    """Whether a stack says nothing of the training: empty, or a main thread that only waits
+    for another (``threading``'s join or wait: the training runs elsewhere)."""
+    return not frames or frames[-1].split(":")[0].endswith("threading.py")
+
+
 def waits(frames: list[str]) -> bool:
     """Whether a rank stands where it waits for the others (its innermost frame)."""
     return bool(frames) and frames[-1].startswith(WAITS_IN)
@@ -96,7 +102,7 @@ def named(stacks: Mapping[int, Mapping[str, Any]], since: datetime | None) -> Cu
     fresh = {
         r: s
         for r, s in stacks.items()
-        if s.get("frames")
+        if not unknown(s.get("frames") or [])
         and (since is None or ((t := parse_time(s.get("at"))) is not None and t >= since))
     }
     waiting = {r: s for r, s in fresh.items() if waits(s["frames"])}
