@@ -76,15 +76,17 @@ def watch_script(
     process namespace (it is not PID 1 there), it exits 0 once no process but its own and the
     sandbox's has run for ``release_after`` seconds: its trainer ended and no attempt came, and
     the pod ends as its trainer did, without the operator; and says whether they are quiet
-    (``busy``: a process's clock ticks in a window, at USER_HZ 100, that are not quiet)."""
+    (a window timed by ``/proc/uptime`` in hundredths of a second, as the processes' clock
+    ticks are at USER_HZ 100; ``busy``: a process's ticks in it that are not quiet)."""
     return rf"""trap 'exit 0' TERM
 command -v sleep >/dev/null 2>&1 || {{
   echo "no sleep command in the trainer's image (PATH=$PATH)"; exit {c.WATCH_LACKS_EXIT_CODE}; }}
 nap=0.2 ticks=5
 sleep "$nap" 2>/dev/null || {{ nap=1 ticks=1; }}
 hold=$(({release_after} * ticks)) idle=0
-window=$(({window} * ticks)) tick=0 active=0
-busy=$(({window} * {c.QUIET_PERCENT}))
+window=$(({window} * 100)) mark=0 active=0 up=
+read -r up _ < /proc/uptime || :
+[ -z "$up" ] || mark=${{up%.*}}${{up#*.}}
 while :; do
   now=
   read -r now < {ATTEMPT_DIR}/attempt || :
@@ -100,9 +102,12 @@ while :; do
       case "${{d##*/}}" in 1|"$$") ;; *) idle=0; break ;; esac
     done
     [ "$idle" -lt "$hold" ] || exit 0
-    tick=$((tick + 1))
-    if [ "$tick" -ge "$window" ]; then
-      tick=0 most=0
+    up=
+    read -r up _ < /proc/uptime || :
+    cs=${{up%.*}}${{up#*.}}
+    if [ -n "$up" ] && [ $((cs - mark)) -ge "$window" ]; then
+      busy=$(((cs - mark) * {c.QUIET_PERCENT} / 100))
+      mark=$cs most=0
       for d in {PROC_DIR}/[0-9]*; do
         p=${{d##*/}}
         case "$p" in 1|"$$") continue ;; esac
