@@ -38,6 +38,10 @@ Manifest = dict[str, Any]
 # How often a held job reads its Workload again: one not yet the job's wakes no pass (the
 # operator watches the Workloads a DDPJob controls: ``handlers.workload_changed``).
 RECHECK = 2.0
+# How often an admitted job reads its Workload again, should the watch miss its eviction (kopf
+# stops serving a resource while discovery does not list its CRD: seen in CI, an evicted job
+# kept running for a minute and more).
+ADMITTED_RECHECK = 30.0
 
 
 @dataclass(frozen=True)
@@ -157,14 +161,15 @@ def held(conds: Conditions, admission: Admission) -> tuple[str, str]:
     return reason, message
 
 
-def report(conds: Conditions, admission: Admission | None) -> None:
-    """``Admitted`` once the Workload is."""
+def report(conds: Conditions, admission: Admission | None) -> float | None:
+    """``Admitted`` once the Workload is; seconds until the Workload is to be read again."""
     if admission is None or not admission.admitted:
-        return
+        return None
     where = f" (flavors {', '.join(admission.flavors)})" if admission.flavors else ""
     message = f"Kueue admitted the job's Workload {admission.workload}{where}"
     conds.set(c.COND_QUEUED, False, "Admitted", message)
     conds.set(c.COND_ADMITTED, True, "Admitted", message, NORMAL)
+    return ADMITTED_RECHECK
 
 
 def _condition(

@@ -297,7 +297,7 @@ class Pass:
         creation.report(conds, job, live, self.members.stale, attempt)
         startup.report(conds, live, job.nodes, job.gang)
         self.result.recheck_in(kueue.report(conds, live, job, self.beside.told))
-        kueue_workload.report(conds, self.beside.admission)
+        self.result.recheck_in(kueue_workload.report(conds, self.beside.admission))
         new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])
         progress = self.beside.progress
         goodput.begin(new, self.status, progress)  # the account opens at the first report
