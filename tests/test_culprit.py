@@ -41,6 +41,7 @@ def test_the_rank_outside_torch_while_the_others_wait_is_named() -> None:
     found = culprit.named({0: stack(0, WAITS), 1: stack(1, SLEEPS)}, NOW - timedelta(seconds=30))
     assert found == culprit.Culprit(
         1,
+        "j-worker-1",
         1,
         "j-worker-1 (rank 1) never joined the collective: it stood at tmp/t.py:9 in <module>; "
         "rank 0 waits in all_reduce at tmp/t.py:10",

@@ -86,5 +86,5 @@ class StackWatch:
                 due = not self._sent and quiet >= self.after()
                 self._sent = self._sent or due
             if due:
-                stack = {"rank": self.rank(), "frames": frames(self.main), "quietSeconds": quiet}
+                stack = {"rank": self.rank(), "frames": frames(self.main)}
                 self.send({"stack": {**stack, "quietSeconds": round(quiet)}})

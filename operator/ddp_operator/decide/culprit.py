@@ -30,9 +30,10 @@ class BadStack(ValueError):
 
 @dataclass(frozen=True)
 class Culprit:
-    """The worker (index) and rank that stood outside torch, and the words for the job."""
+    """The worker (index, pod) and rank that stood outside torch, and the words for the job."""
 
     index: int
+    pod: str
     rank: int
     words: str
 
@@ -120,4 +121,4 @@ def named(stacks: Mapping[int, Mapping[str, Any]], since: datetime | None) -> Cu
         f"{s['pod']} (rank {rank}) never joined the collective: it stood at {where[0]} in "
         f"{where[-1]}; {who} in {_op(others)}{at}"
     )
-    return Culprit(int(s["worker"]), rank, words)
+    return Culprit(int(s["worker"]), str(s["pod"]), rank, words)

@@ -102,5 +102,7 @@ def check(
     if hung is None:
         return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None
     message = f"{hung.words}; {message}"
-    pod = str(progress["stacks"][hung.rank]["pod"])
-    return WorkerFailure(hung.index, pod, STALLED, message=message, time=None, finished=False), None
+    return (
+        WorkerFailure(hung.index, hung.pod, STALLED, message=message, time=None, finished=False),
+        None,
+    )
