@@ -6,12 +6,13 @@
 # and each session with an operator of its own (docs/development/tests.md):
 #   node:   the tests marked `node` (real containers on the real node), DDP_TEST_WORKERS of them
 #           at a time (default 2; pytest-xdist, one file to a worker): mostly waiting on pods;
-#   api:    meanwhile every other test, one at a time: the API server's (kwok's fake nodes; some
-#           delete, silence or fill the shared fake nodes), `kubectl ddp local`'s (torch on the
-#           host, worker 0's port bound there) and the pure ones;
+#   api:    meanwhile the API server's other tests, one at a time (kwok's fake nodes; some
+#           delete, silence or fill the shared fake nodes);
 #   alone:  then the `serial` tests (they stop the control plane, restart the real node's
 #           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
-#           and the `last` one (it takes the real node down), by themselves.
+#           and the `last` one (it takes the real node down), with no other cluster test;
+#   host:   beside alone (whose tests mostly wait), the tests that need no cluster, one at a
+#           time: the pure ones, `kubectl ddp local`'s (torch on the host), the docs' build.
 # DDP_TEST_WORKERS=0 runs the suite in one session instead. PYTEST_ARGS (make test
 # PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
 # in which no test ran is not.
@@ -78,13 +79,19 @@ if [[ "$workers" -gt 0 ]]; then
   session node --quiet -n "$workers" --dist loadfile \
     -m "node and not serial and not last and not docker and not gpu" &
   node=$!
-  session api -m "not node and not serial and not last and not docker and not gpu" || rc=$?
+  session api -m "cluster and not node and not serial and not last and not docker and not gpu" ||
+    rc=$?
   wait "$node" || rc=$?
   echo "== the real node's tests, run meanwhile =="
   cat "$report/node.log"
   took "tests: the real node's ($workers at a time), and meanwhile the others"
-  session alone -m "(serial or last) and not docker and not gpu" || rc=$?
-  took "tests alone (serial, last)"
+  session host --quiet -m "not cluster and not docker and not gpu" &
+  host=$!
+  session alone -m "cluster and (serial or last) and not docker and not gpu" || rc=$?
+  wait "$host" || rc=$?
+  echo "== the tests needing no cluster, run meanwhile =="
+  cat "$report/host.log"
+  took "tests alone (serial, last), and meanwhile those needing no cluster"
 else
   session all -m "not docker and not gpu" || rc=$?
   took "tests in one session"
