@@ -60,7 +60,7 @@ unit: $(STAMP)
 
 # Everything that can run here runs here: no test is skipped (docker/gpu tests are not selected).
 # hack/test.sh: lint beside the local cluster's build (unless KUBECONFIG), the cluster up, the
-# suite (three pytest sessions, see docs/development/tests.md; DDP_TEST_WORKERS=0: one), the
+# suite (four pytest sessions, see docs/development/tests.md; DDP_TEST_WORKERS=0: one), the
 # cluster down if it brought it up, the 25 slowest tests and the time against the budget.
 test: prereqs-test
 	PYTEST_ARGS="$(PYTEST_ARGS)" hack/test.sh

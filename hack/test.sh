@@ -2,24 +2,25 @@
 # make test: lint beside the local cluster's build, the cluster up (unless KUBECONFIG is set), the
 # suite, the cluster down again if this run brought it up, then the 25 slowest tests and where
 # the time went against the budget (hack/test_report.py).
-# The suite runs in three pytest sessions on the one cluster, each test in namespaces of its own
+# The suite runs in four pytest sessions on the one cluster, each test in namespaces of its own
 # and each session with an operator of its own (docs/development/tests.md):
 #   node:   the tests marked `node` (real containers on the real node), DDP_TEST_WORKERS of them
-#           at a time (default 2; pytest-xdist, one file to a worker): mostly waiting on pods;
+#           at a time (default 3; pytest-xdist, one file to a worker): mostly waiting on pods;
 #   api:    meanwhile the API server's other tests, one at a time (kwok's fake nodes; some
 #           delete, silence or fill the shared fake nodes);
 #   alone:  then the `serial` tests (they stop the control plane, restart the real node's
 #           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
 #           and the `last` one (it takes the real node down), with no other cluster test;
-#   host:   beside alone (whose tests mostly wait), the tests that need no cluster, one at a
-#           time: the pure ones, `kubectl ddp local`'s (torch on the host), the docs' build.
+#   host:   the tests that need no cluster, one at a time (the pure ones, `kubectl ddp local`'s
+#           with torch on the host, the docs' build): beside alone, whose tests mostly wait, or
+#           from the end of lint where the cluster's build still runs then.
 # DDP_TEST_WORKERS=0 runs the suite in one session instead. PYTEST_ARGS (make test
 # PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
 # in which no test ran is not.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
-workers="${DDP_TEST_WORKERS:-2}"
+workers="${DDP_TEST_WORKERS:-3}"
 if [[ ! "$workers" =~ ^[0-9]+$ ]]; then
   echo "make test: DDP_TEST_WORKERS must be a whole number (0: one session), not '$workers'" >&2
   exit 2
@@ -34,6 +35,28 @@ took() { steps+=("$1=$((SECONDS - step_start))"); step_start=$SECONDS; }
 args=()
 eval "args=(${PYTEST_ARGS:-})"
 
+# session NAME [--quiet] PYTEST-ARGS...: one pytest session, its results in $report/NAME.xml and
+# its output in $report/NAME.log, shown as it comes but with --quiet (a session run beside another
+# is shown after it). Fails with pytest's exit code, but for 5 (nothing selected).
+session() {
+  local name=$1 out=/dev/stdout got
+  shift
+  if [[ $1 == --quiet ]]; then
+    out=/dev/null
+    shift
+  fi
+  "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}" 2>&1 |
+    tee "$report/$name.log" >"$out"
+  got=${PIPESTATUS[0]}
+  [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
+}
+host=""
+# host: the tests that need no cluster, in the background (its output shown after alone's).
+host() {
+  session host --quiet -m "not cluster and not docker and not gpu" &
+  host=$!
+}
+
 local_cluster=""
 [[ -n "${KUBECONFIG:-}" ]] || local_cluster=1
 build=""
@@ -43,6 +66,9 @@ if ! make --no-print-directory lint; then
   exit 1
 fi
 took lint
+# A build still running (a cold cache, an image to build again: gzip and pip leave a core idle)
+# has the tests that need no cluster start now; else they start beside the serial ones.
+if [[ "$workers" -gt 0 && -n "$build" ]] && kill -0 "$build" 2>/dev/null; then host; fi
 if [[ -n "$build" ]]; then wait "$build" || exit 1; fi
 took "build (beyond lint)"
 
@@ -60,21 +86,6 @@ fi
 took "cluster up"
 
 rc=0
-# session NAME [--quiet] PYTEST-ARGS...: one pytest session, its results in $report/NAME.xml and
-# its output in $report/NAME.log, shown as it comes but with --quiet (a session run beside another
-# is shown after it). Fails with pytest's exit code, but for 5 (nothing selected).
-session() {
-  local name=$1 out=/dev/stdout got
-  shift
-  if [[ $1 == --quiet ]]; then
-    out=/dev/null
-    shift
-  fi
-  "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}" 2>&1 |
-    tee "$report/$name.log" >"$out"
-  got=${PIPESTATUS[0]}
-  [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
-}
 if [[ "$workers" -gt 0 ]]; then
   session node --quiet -n "$workers" --dist loadfile \
     -m "node and not serial and not last and not docker and not gpu" &
@@ -85,8 +96,7 @@ if [[ "$workers" -gt 0 ]]; then
   echo "== the real node's tests, run meanwhile =="
   cat "$report/node.log"
   took "tests: the real node's ($workers at a time), and meanwhile the others"
-  session host --quiet -m "not cluster and not docker and not gpu" &
-  host=$!
+  [[ -n "$host" ]] || host
   session alone -m "cluster and (serial or last) and not docker and not gpu" || rc=$?
   wait "$host" || rc=$?
   echo "== the tests needing no cluster, run meanwhile =="

@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 from harness import nodes, pods, realnode
 from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, exclusively, wait_for
 from harness.operator import OperatorProcess
+from harness.reporting import Reporting, reporting_in
 
 KUEUE_SH = ROOT / "hack" / "cluster" / "kueue.sh"
 COSCHEDULING_SH = ROOT / "hack" / "cluster" / "coscheduling.sh"
@@ -32,6 +33,7 @@ MULTIKUEUE_SH = ROOT / "hack" / "cluster" / "multikueue.sh"
 WORKER_KUBECONFIG = ROOT / ".cluster" / "peers" / "worker" / "kubeconfig"
 # Fixtures whose programs make test builds meanwhile.
 LATE = ("coscheduling", "volcano", "kueue", "multikueue")
+LATE_TIMEOUT = 1800  # seconds: such a test's timeout, its program's cold build included
 
 # Per test session, so that sessions sharing one cluster (and their operators) never meet.
 TEST_NS_PREFIX = f"ddpt-{uuid.uuid4().hex[:4]}-"
@@ -56,6 +58,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
 
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
+    # On a cold machine the program a late test needs may still build (at the lowest priority,
+    # beside the suite) when the test comes: its wait for the build counts in its timeout.
+    for item in items:
+        if late(item):
+            own = item.get_closest_marker("timeout")
+            given = float(own.args[0]) if own and own.args else 0.0
+            item.add_marker(pytest.mark.timeout(max(given, LATE_TIMEOUT)), append=False)
     items.sort(
         key=lambda item: (
             item.get_closest_marker("early") is None,
@@ -225,6 +234,14 @@ def coscheduling(cluster: Cluster) -> None:
 def volcano(cluster: Cluster) -> None:
     """Volcano: scheduler, controller manager, PodGroup and Queue webhooks."""
     running(cluster, VOLCANO_SH, "scheduling.volcano.sh/v1beta1", "Volcano")
+
+
+@pytest.fixture(scope="module")
+def reporting(cluster: Cluster, crd: str, images: dict[str, str]) -> Iterator[Reporting]:
+    """An operator with the progress endpoint, in a namespace of its own, for a module's tests
+    (``harness.reporting``)."""
+    with reporting_in(cluster) as r:
+        yield r
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,11 @@
 # /etc/hosts) in the last layer. The archive is cached under a key of the Dockerfile, the files
 # its COPY lines name, the build arguments, the base, the wheelhouse's wheels (names and sizes),
 # this script and buildah's version.
+# A rebuild after a change to the files the Dockerfile copies (the progress module, the examples)
+# takes the layer of torch's install from the last build: `bud --layers` keeps each step's layer
+# in buildah's storage (in the cache), keyed by its line, its build arguments and its base (the
+# wheelhouse mounted at /mnt is named by torch's version and index: the same line installs the
+# same wheels).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -52,26 +57,28 @@ remove_tree() {
 # DDP_IMAGE_DATE=YYYYMMDD picks (or builds) another.
 base() {
   local suite=bookworm date newest rootfs mirror t0=$SECONDS
-  newest="$(find "$cache/images" -maxdepth 1 -name "python-base-$suite-*.tar" 2>/dev/null |
+  # v2: its config's history lists its layer (ociimage.py), which bud --layers needs.
+  local family=python-base-v2
+  newest="$(find "$cache/images" -maxdepth 1 -name "$family-$suite-*.tar" 2>/dev/null |
     sort | tail -n 1)"
   newest="${newest##*-}"
   date="${DDP_IMAGE_DATE:-${newest%.tar}}"
   date="${date:-$(date -u +%Y%m%d)}"
-  base_ref="ddp-operator.io/python-base:3.11-$suite-$date"
-  base_tar="$cache/images/python-base-$suite-$date.tar"
+  base_ref="ddp-operator.io/python-base:3.11-$suite-$date-v2"
+  base_tar="$cache/images/$family-$suite-$date.tar"
   [[ -f "$base_tar" ]] && return 0
   command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
   mirror="$(awk '/^URIs:/ && $2 ~ /debian$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources \
     /etc/apt/sources.list 2>/dev/null || true)"
   mirror="${mirror:-http://deb.debian.org/debian}"
   mkdir -p "$cache/images"
-  rootfs="$cache/images/python-base-$suite-$date.rootfs"
+  rootfs="$cache/images/$family-$suite-$date.rootfs"
   remove_tree "$rootfs"
   log "debootstrap $suite (minbase, python3, python3-pip) from $mirror"
   nice -n 10 debootstrap --variant=minbase --include=python3,python3-pip "$suite" "$rootfs" \
-    "$mirror" >"$cache/images/python-base-$suite-$date.log" 2>&1 || {
+    "$mirror" >"$cache/images/$family-$suite-$date.log" 2>&1 || {
     remove_tree "$rootfs"
-    die "debootstrap failed: $cache/images/python-base-$suite-$date.log"
+    die "debootstrap failed: $cache/images/$family-$suite-$date.log"
   }
   # What python:3.11-slim offers a Dockerfile: `python` and `pip`, and a pip that installs as
   # root (Debian marks its Python externally managed; pip then goes to /usr/local).
@@ -185,16 +192,23 @@ build() {
   mounts+=(-v "$cache/buildah/pip.conf:/etc/pip.conf:ro")
   for a in "${args[@]}"; do build_args+=(--build-arg "$a"); done
   log "buildah bud $dockerfile ${build_args[*]} -> $ref"
-  nice -n 10 buildah "${storage[@]}" bud --isolation chroot --pull=never --identity-label=false \
+  nice -n 10 buildah "${storage[@]}" bud --layers --isolation chroot --pull=never \
+    --identity-label=false \
     "${build_args[@]}" "${mounts[@]}" \
     -f "$root/$dockerfile" -t "$ref" "$root" >"$cache/buildah/build-$image.log" 2>&1 ||
-    die "buildah bud failed: $cache/buildah/build.log"
+    die "buildah bud failed: $cache/buildah/build-$image.log"
   local t1=$SECONDS
   rm -f "$out.tmp"
   nice -n 10 buildah "${storage[@]}" push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
   mv "$out.tmp" "$out"
-  # The archive is what is kept: the image leaves buildah's storage (the base stays).
-  buildah_ rmi "$ref" >/dev/null
+  # The image stays in buildah's storage, with its steps' layers: the next build's cache (an rmi
+  # takes an image's unnamed steps with it). Its earlier builds go (and their steps not shared).
+  local old
+  for old in $(buildah_ images --format '{{.Name}}:{{.Tag}}' 2>/dev/null); do
+    if [[ "$old" == "ddp-operator.io/$image:"* && "$old" != "$ref" ]]; then
+      buildah_ rmi "$old" >/dev/null || true
+    fi
+  done
   log "image $ref: $(du -h "$out" | cut -f1), built in $((t1 - t0))s, archived in $((SECONDS - t1))s"
   echo "$out $ref"
 }

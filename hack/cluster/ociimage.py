@@ -129,6 +129,9 @@ def main():
             "os": "linux",
             "config": cfg,
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            # One entry for the one layer: buildah's layer cache (bud --layers) refuses a base
+            # whose history does not list its layers.
+            "history": [{"created_by": "ociimage.py --rootfs"}],
         }
 
         tmp_out = args.output + ".tmp"
