@@ -51,8 +51,8 @@ session() {
   [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
 }
 host=""
-# host: the tests that need no cluster, in the background (its output shown after alone's).
-host() {
+# start_host: the tests that need no cluster, in the background (its output shown after alone's).
+start_host() {
   session host --quiet -m "not cluster and not docker and not gpu" &
   host=$!
 }
@@ -68,9 +68,9 @@ fi
 took lint
 # A build still running (a cold cache, an image to build again: gzip and pip leave a core idle)
 # has the tests that need no cluster start now; else they start beside the serial ones.
-if [[ "$workers" -gt 0 && -n "$build" ]] && kill -0 "$build" 2>/dev/null; then host; fi
+if [[ "$workers" -gt 0 && -n "$build" ]] && kill -0 "$build" 2>/dev/null; then start_host; fi
 if [[ -n "$build" ]]; then wait "$build" || exit 1; fi
-took "build (beyond lint)"
+took "build (beyond lint)${host:+, and meanwhile the tests needing no cluster}"
 
 started=""
 if [[ -n "$local_cluster" ]]; then
@@ -96,12 +96,16 @@ if [[ "$workers" -gt 0 ]]; then
   echo "== the real node's tests, run meanwhile =="
   cat "$report/node.log"
   took "tests: the real node's ($workers at a time), and meanwhile the others"
-  [[ -n "$host" ]] || host
+  beside=""
+  if [[ -z "$host" ]]; then
+    start_host
+    beside=", and meanwhile those needing no cluster"
+  fi
   session alone -m "cluster and (serial or last) and not docker and not gpu" || rc=$?
   wait "$host" || rc=$?
   echo "== the tests needing no cluster, run meanwhile =="
   cat "$report/host.log"
-  took "tests alone (serial, last), and meanwhile those needing no cluster"
+  took "tests alone (serial, last)$beside"
 else
   session all -m "not docker and not gpu" || rc=$?
   took "tests in one session"
