@@ -12,8 +12,9 @@
 #           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
 #           and the `last` one (it takes the real node down), with no other cluster test;
 #   host:   the tests that need no cluster, one at a time (the pure ones, `kubectl ddp local`'s
-#           with torch on the host, the docs' build): beside alone, whose tests mostly wait, or
-#           from the end of lint where the cluster's build still runs then.
+#           with torch on the host, the docs' build): beside alone, whose tests mostly wait, or,
+#           where the cluster's build still runs a minute after lint, beside it (node and api
+#           then wait for their end).
 # DDP_TEST_WORKERS=0 runs the suite in one session instead. PYTEST_ARGS (make test
 # PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
 # in which no test ran is not.
@@ -66,9 +67,13 @@ if ! make --no-print-directory lint; then
   exit 1
 fi
 took lint
-# A build still running (a cold cache, an image to build again: gzip and pip leave a core idle)
-# has the tests that need no cluster start now; else they start beside the serial ones.
-if [[ "$workers" -gt 0 && -n "$build" ]] && kill -0 "$build" 2>/dev/null; then start_host; fi
+# A build still running a minute after lint (a cold cache, an image to build again) has the tests
+# that need no cluster start then, beside it and the cluster's start; the cluster's sessions wait
+# for their end: beside those (both cores busy) the timing of some would suffer (run 28 of the
+# tests page). Else they run beside the serial ones.
+if [[ "$workers" -gt 0 && -n "$build" ]] && ! timeout 60 tail --pid="$build" -f /dev/null; then
+  start_host
+fi
 if [[ -n "$build" ]]; then wait "$build" || exit 1; fi
 took "build (beyond lint)${host:+, and meanwhile the tests needing no cluster}"
 
@@ -86,6 +91,12 @@ fi
 took "cluster up"
 
 rc=0
+host_done=""
+if [[ -n "$host" ]]; then
+  wait "$host" || rc=$?
+  host_done=1
+  took "tests needing no cluster (the rest of them)"
+fi
 if [[ "$workers" -gt 0 ]]; then
   session node --quiet -n "$workers" --dist loadfile \
     -m "node and not serial and not last and not docker and not gpu" &
@@ -102,8 +113,8 @@ if [[ "$workers" -gt 0 ]]; then
     beside=", and meanwhile those needing no cluster"
   fi
   session alone -m "cluster and (serial or last) and not docker and not gpu" || rc=$?
-  wait "$host" || rc=$?
-  echo "== the tests needing no cluster, run meanwhile =="
+  if [[ -z "$host_done" ]]; then wait "$host" || rc=$?; fi
+  echo "== the tests needing no cluster =="
   cat "$report/host.log"
   took "tests alone (serial, last)$beside"
 else
