@@ -57,7 +57,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needs = set(getattr(item, "fixturenames", ()))
         return next((i for i, f in enumerate(LATE, 1) if f in needs), 0)
 
-    # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
     # On a cold machine the program a late test needs may still build (at the lowest priority,
     # beside the suite) when the test comes: its wait for the build counts in its timeout.
     for item in items:
@@ -65,6 +64,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             own = item.get_closest_marker("timeout")
             given = float(own.args[0]) if own and own.args else 0.0
             item.add_marker(pytest.mark.timeout(max(given, LATE_TIMEOUT)), append=False)
+
+    # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
     items.sort(
         key=lambda item: (
             item.get_closest_marker("early") is None,

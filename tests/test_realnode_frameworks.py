@@ -10,13 +10,8 @@ import pytest
 
 from harness import jobs, pylibs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import (
-    trainer_job,
-)
-from harness.reporting import (
-    Reporting,
-    worker_log,
-)
+from harness.realnode import trainer_job
+from harness.reporting import Reporting, worker_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
 

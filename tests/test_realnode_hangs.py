@@ -14,13 +14,8 @@ from ddp_operator.model import constants as c
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import (
-    trainer_job,
-)
-from harness.reporting import (
-    Reporting,
-    progress,
-)
+from harness.realnode import trainer_job
+from harness.reporting import Reporting, progress
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
 

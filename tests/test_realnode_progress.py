@@ -26,13 +26,7 @@ from harness.realnode import (
     trainer_job,
     wait_pod_done,
 )
-from harness.reporting import (
-    TRAINED,
-    Reporting,
-    progress,
-    progress_job,
-    worker_log,
-)
+from harness.reporting import TRAINED, Reporting, progress, progress_job, worker_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
 
