@@ -95,6 +95,21 @@ base() {
   log "base $base_ref: $(du -h "$base_tar" | cut -f1) in $((SECONDS - t0))s"
 }
 
+# free_gib: the GiB free on the cache's file system.
+free_gib() { df --output=avail -B1G "$cache" | tail -n 1 | tr -d ' '; }
+
+# disk_check: warns where the file system may be too small for a build. Building the trainer
+# image from nothing took up to NEED GiB of storage at once (the torch step's files, its committed
+# layer and the archive; hack/cluster/README.md); a fuller disk ends the build "no space left".
+disk_check() {
+  local need=16 free
+  [[ "$image" == trainer && "$(arg INSTALL_TORCH)" == 1 ]] || need=2
+  free="$(free_gib)"
+  if (( free < need )); then
+    log "warning: $free GiB free under $cache; building the $image image may take $need GiB"
+  fi
+}
+
 # arg NAME: the build argument NAME as given on the command line, else the Dockerfile's default.
 arg() {
   local a
@@ -179,6 +194,8 @@ build() {
   mkdir -p "$cache/buildah"
   exec 9>"$cache/buildah/.lock"
   flock 9
+  # Containers a killed or failed build left (each holds a step's files; the lock keeps others').
+  buildah_ rm --all >/dev/null 2>&1 || true
   if [[ -z "$(buildah_ images -q "$base_ref" 2>/dev/null)" ]]; then
     buildah_ pull --quiet "oci-archive:$base_tar" >/dev/null
   fi
@@ -192,11 +209,17 @@ build() {
   mounts+=(-v "$cache/buildah/pip.conf:/etc/pip.conf:ro")
   for a in "${args[@]}"; do build_args+=(--build-arg "$a"); done
   log "buildah bud $dockerfile ${build_args[*]} -> $ref"
-  nice -n 10 buildah "${storage[@]}" bud --layers --isolation chroot --pull=never \
+  disk_check
+  local build_log="$cache/buildah/build-$image.log"
+  # --force-rm: a failed step's container goes too (it held the step's files, gigabytes).
+  nice -n 10 buildah "${storage[@]}" bud --layers --force-rm --isolation chroot --pull=never \
     --identity-label=false \
     "${build_args[@]}" "${mounts[@]}" \
-    -f "$root/$dockerfile" -t "$ref" "$root" >"$cache/buildah/build-$image.log" 2>&1 ||
-    die "buildah bud failed: $cache/buildah/build-$image.log"
+    -f "$root/$dockerfile" -t "$ref" "$root" >"$build_log" 2>&1 || {
+    # The cause is in the log's last lines (e.g. "no space left on device"): CI shows only ours.
+    tail -n 4 "$build_log" | cut -c1-600 >&2
+    die "buildah bud failed (the end of its log is above; df: $(free_gib) GiB free): $build_log"
+  }
   local t1=$SECONDS
   rm -f "$out.tmp"
   nice -n 10 buildah "${storage[@]}" push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
