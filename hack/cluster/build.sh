@@ -62,17 +62,52 @@ build() {
   echo "$out"
 }
 
+# beside TOOL PATH FUNCTION ARGS...: PATH, made by FUNCTION ARGS... next to a built tool, once,
+# under the tool's lock: the background build and a test's (volcano.sh up) may run at once, and
+# both made the same PATH.tmp, the second's mv then failing "cannot stat".
+beside() {
+  local tool=$1 path=$2; shift 2
+  [[ -e "$path" ]] && return 0
+  (
+    exec 9>"$root/.$tool.lock"
+    flock 9
+    if [[ ! -e "$path" ]]; then "$@"; fi
+  )
+}
+
 # kubebuilder_config OUT DIR MODULE: beside a built tool (OUT/DIR-config/), the CRDs and webhook
-# configurations of a kubebuilder project's module (its config/components), once.
+# configurations of a kubebuilder project's module (its config/components).
 kubebuilder_config() {
   local out=$1 dir=$2 module=$3 src
-  [[ -d "$out/$dir-config" ]] && return 0
   src="$(cd "$here/$dir" && go list -m -f '{{.Dir}}' "$module")"
+  rm -rf "$out/$dir-config.tmp"
   mkdir -p "$out/$dir-config.tmp/crds"
   cp "$src"/config/components/crd/bases/*.yaml "$out/$dir-config.tmp/crds/"
   cp "$src/config/components/webhook/manifests.yaml" "$out/$dir-config.tmp/webhooks.yaml"
   chmod -R u+w "$out/$dir-config.tmp"
   mv "$out/$dir-config.tmp" "$out/$dir-config"
+}
+
+# coscheduling_crd OUT: beside scheduler-plugins' scheduler, the PodGroup CRD of its module.
+coscheduling_crd() {
+  local src
+  src="$(cd "$here/scheduler-plugins" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
+  cp "$src/manifests/coscheduling/crd.yaml" "$1/coscheduling-crd.yaml.tmp"
+  chmod u+w "$1/coscheduling-crd.yaml.tmp"
+  mv "$1/coscheduling-crd.yaml.tmp" "$1/coscheduling-crd.yaml"
+}
+
+# volcano_config OUT: beside Volcano's binaries, its CRDs and its Helm chart.
+volcano_config() {
+  local src
+  src="$(cd "$here/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
+  rm -rf "$1/volcano-config.tmp"
+  mkdir -p "$1/volcano-config.tmp/crds"
+  cp "$src"/config/crd/volcano/bases/*.yaml "$src"/config/crd/jobflow/bases/*.yaml \
+    "$1/volcano-config.tmp/crds/"
+  cp -r "$src/installer/helm/chart/volcano" "$1/volcano-config.tmp/chart"
+  chmod -R u+w "$1/volcano-config.tmp"
+  mv "$1/volcano-config.tmp" "$1/volcano-config"
 }
 
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
@@ -118,7 +153,7 @@ fi
 if [[ " $* " == *" kueue "* ]]; then
   kueue="$(build kueue kueue "$KUEUE_VERSION" \
       "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" "" kueue)"
-  kubebuilder_config "$kueue" kueue sigs.k8s.io/kueue
+  beside kueue "$kueue/kueue-config" kubebuilder_config "$kueue" kueue sigs.k8s.io/kueue
   dirs+=("$kueue")
 fi
 # `build.sh scheduler-plugins` adds scheduler-plugins' scheduler (as scheduler-plugins) and beside
@@ -127,11 +162,7 @@ if [[ " $* " == *" scheduler-plugins "* ]]; then
   sp="$(build scheduler-plugins scheduler-plugins "$SCHEDULER_PLUGINS_VERSION" \
       "-X k8s.io/component-base/version.gitVersion=$SCHEDULER_PLUGINS_K8S_VERSION" "" \
       scheduler-plugins=scheduler)"
-  if [[ ! -f "$sp/coscheduling-crd.yaml" ]]; then
-    src="$(cd "$here/scheduler-plugins" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
-    cp "$src/manifests/coscheduling/crd.yaml" "$sp/coscheduling-crd.yaml.tmp"
-    chmod u+w "$sp/coscheduling-crd.yaml.tmp" && mv "$sp/coscheduling-crd.yaml.tmp" "$sp/coscheduling-crd.yaml"
-  fi
+  beside scheduler-plugins "$sp/coscheduling-crd.yaml" coscheduling_crd "$sp"
   dirs+=("$sp")
 fi
 # `build.sh volcano` adds Volcano's three binaries and beside them (volcano-config/) its CRDs and
@@ -142,15 +173,7 @@ if [[ " $* " == *" volcano "* ]]; then
       "-X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION" "" \
       vc-scheduler=scheduler vc-controller-manager=controller-manager \
       vc-webhook-manager=webhook-manager)"
-  if [[ ! -d "$vc/volcano-config" ]]; then
-    src="$(cd "$here/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
-    mkdir -p "$vc/volcano-config.tmp/crds"
-    cp "$src"/config/crd/volcano/bases/*.yaml "$src"/config/crd/jobflow/bases/*.yaml \
-      "$vc/volcano-config.tmp/crds/"
-    cp -r "$src/installer/helm/chart/volcano" "$vc/volcano-config.tmp/chart"
-    chmod -R u+w "$vc/volcano-config.tmp"
-    mv "$vc/volcano-config.tmp" "$vc/volcano-config"
-  fi
+  beside volcano "$vc/volcano-config" volcano_config "$vc"
   dirs+=("$vc")
 fi
 # `build.sh jobset` adds JobSet's controller manager and beside it (jobset-config/) its CRD and
@@ -158,7 +181,7 @@ fi
 if [[ " $* " == *" jobset "* ]]; then
   js="$(build jobset jobset "$JOBSET_VERSION" \
       "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" "" jobset)"
-  kubebuilder_config "$js" jobset sigs.k8s.io/jobset
+  beside jobset "$js/jobset-config" kubebuilder_config "$js" jobset sigs.k8s.io/jobset
   dirs+=("$js")
 fi
 # A build that failed left its place empty (a command substitution's status is lost in an array):
