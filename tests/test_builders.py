@@ -208,6 +208,11 @@ def test_nccl_jobs_get_pytorch_s_watchdogs_consistent_with_stall_detection() -> 
         assert "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" not in env_of(
             builders.build_worker_pod(other, 0), other
         )
+    # gloo records into the flight recorder too (its new name alone), that a hung rank reads.
+    gloo = env_of(builders.build_worker_pod(job(), 0), job())
+    assert gloo["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in gloo
+    off = job(stallDetection={"enabled": False})
+    assert "TORCH_FR_BUFFER_SIZE" not in env_of(builders.build_worker_pod(off, 0), off)
     template = {
         "spec": {
             "containers": [

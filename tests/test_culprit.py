@@ -29,12 +29,18 @@ def at(seconds_ago: float) -> str:
     return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def stack(rank: int, frames: list[str], ago: float = 10, procs: int = 1) -> dict[str, Any]:
+def stack(
+    rank: int, frames: list[str], ago: float = 10, procs: int = 1, **more: Any
+) -> dict[str, Any]:
     worker = rank // procs
     kept = culprit.normalize(
-        {"rank": rank, "frames": frames}, worker, procs, f"j-worker-{worker}", NOW
+        {"rank": rank, "frames": frames, **more}, worker, procs, f"j-worker-{worker}", NOW
     )
     return {**kept, "at": at(ago)}
+
+
+def pg(entered: int, completed: int, op: str = "all_reduce", group: str = "default_pg") -> dict:
+    return {"group": group, "entered": entered, "completed": completed, "op": op}
 
 
 def test_the_rank_outside_torch_while_the_others_wait_is_named() -> None:
@@ -51,6 +57,37 @@ def test_the_rank_outside_torch_while_the_others_wait_is_named() -> None:
     found = culprit.named(four, None)
     assert found is not None and (found.index, found.rank) == (1, 2)
     assert "ranks 0, 1 wait in all_reduce" in found.words
+
+
+def test_the_collective_the_hung_rank_never_joined_is_named_from_the_flight_recorder() -> None:
+    """Rank 0 entered all_reduce #31 of default_pg and waits; rank 1 entered #30 at most."""
+    waiting = stack(0, WAITS, collectives=[pg(31, 30), pg(4, 4, "broadcast", "sub")])
+    hung = stack(1, SLEEPS, collectives=[pg(30, 30), pg(4, 4, "broadcast", "sub")])
+    found = culprit.named({0: waiting, 1: hung}, None)
+    assert found is not None and found.words == (
+        "j-worker-1 (rank 1) never joined all_reduce #31 (default_pg): it stood at tmp/t.py:9 "
+        "in <module>; rank 0 waits there at tmp/t.py:10"
+    )
+    # Recorders that do not say (off in one rank, or no collective in flight): as before.
+    for a, b in (([pg(31, 30)], []), ([pg(30, 30)], [pg(30, 30)]), ([pg(31, 30)], [pg(31, 31)])):
+        found = culprit.named(
+            {0: stack(0, WAITS, collectives=a), 1: stack(1, SLEEPS, collectives=b)}, None
+        )
+        assert found is not None and "never joined the collective" in found.words, (a, b)
+
+
+def test_a_stack_s_collectives_are_checked_and_bounded() -> None:
+    kept = stack(0, WAITS, collectives=[pg(1, 0, "x" * 500, "g" * 500)] * 20)["collectives"]
+    assert len(kept) == culprit.MAX_GROUPS and len(kept[0]["op"]) == len(kept[0]["group"]) == 64
+    for bad in (
+        "no",
+        [1],
+        [{"group": 1, "entered": 1, "completed": 0}],
+        [{"group": "g", "entered": True, "completed": 0}],
+        [{"group": "g", "entered": 1, "completed": -2}],
+    ):
+        with pytest.raises(culprit.BadStack):
+            stack(0, WAITS, collectives=bad)
 
 
 def test_a_rank_stuck_in_its_data_loader_stands_outside_the_collective() -> None:

@@ -4,6 +4,12 @@ spell, from any rank; a rank that keeps calling sends nothing."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
 import time
 
 from test_progress import Endpoint, endpoint  # noqa: F401 (the fixture)
@@ -51,3 +57,63 @@ def test_a_rank_is_quiet_after_three_of_its_usual_gaps_and_never_under_15_s() ->
     assert watch.after() == progress_stacks.LEAST_QUIET == 15
     watch._gaps = [10.0, 12.0, 11.0]
     assert watch.after() == 33.0
+
+
+RANKS = textwrap.dedent("""
+    import json, os, sys, threading, time
+    import torch, torch.distributed as dist
+    from ddp_operator import progress_stacks
+    dist.init_process_group("gloo")
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    def say():  # once rank 0 is in its fourth all_reduce, rank 1 past its third
+        want = {"entered": 4, "completed": 3} if dist.get_rank() == 0 else {"completed": 3}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            said = progress_stacks.collectives()
+            if said and want.items() <= said[0].items():
+                break
+            time.sleep(0.05)  # gloo's work thread marks a collective completed just after
+        print(json.dumps(said), flush=True)
+        os._exit(0)
+    threading.Thread(target=say, daemon=True).start()
+    if dist.get_rank() == 1:
+        time.sleep(60)  # hung: never joins the fourth
+    dist.all_reduce(t)
+    time.sleep(60)
+""")
+
+
+def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_recorder() -> None:
+    """Two real gloo ranks: rank 0 entered all_reduce #4 and waits, rank 1 never did."""
+    assert progress_stacks.collectives() == []  # torch.distributed not in use here
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": "2",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+    }
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANKS],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    said = []
+    for p in ranks:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        said.append(json.loads(out.strip().splitlines()[-1]))
+    assert said[0] == [{"group": "default_pg", "entered": 4, "completed": 3, "op": "all_reduce"}], (
+        said
+    )
+    assert [(c["group"], c["entered"], c["completed"]) for c in said[1]] == [("default_pg", 3, 3)]

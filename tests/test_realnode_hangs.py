@@ -80,17 +80,18 @@ def test_a_hang_is_caught_by_stall_detection_even_across_an_operator_kill(
 def test_a_stall_names_the_rank_that_never_joined_the_collective(
     cluster: Cluster, reporting: Reporting, images: dict[str, str]
 ) -> None:
-    """Issue 54: the same hang (rank 1 asleep in its loop at step 6, rank 0 in its
-    all_reduce); each rank, quiet for 15 s, says where it stands (``progress_stacks``), and the
-    stall names worker 1's pod and rank, the line it stood at, and where rank 0 waits."""
+    """Issue 54: the same hang (rank 1 asleep in its loop at step 6, rank 0 in its sixth
+    all_reduce); each rank, quiet for 15 s, says where it stands (``progress_stacks``: its stack,
+    and its collectives from torch's flight recorder), and the stall names worker 1's pod and
+    rank, the collective it never joined, the line it stood at, and where rank 0 waits."""
     ns, name = reporting.ns, "culprit"
     jobs.apply(cluster, hanging_job(name, ns, images["trainer"], HANGS_ON_ATTEMPT_0))
     restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
     cond = jobs.condition(restarted, "Restarting")
     said = (
-        f"{name}-worker-1 (rank 1) never joined the collective: it stood at tmp/t.py:11 in "
-        "<module>; rank 0 waits in all_reduce at tmp/t.py:12; the training's step has not "
-        "advanced from [1-5] since"
+        f"{name}-worker-1 (rank 1) never joined all_reduce #6 (default_pg): it stood at "
+        "tmp/t.py:11 in <module>; rank 0 waits there at tmp/t.py:12; the training's step has "
+        "not advanced from [1-5] since"
     )
     assert re.match(re.escape(said).replace(re.escape("[1-5]"), "[1-5]"), cond["message"]), cond
     first = restarted["status"]["firstFailure"]

@@ -8,10 +8,15 @@ the rank that never joined it.
 LEAST_QUIET seconds (``DDP_STACK_AFTER`` overrides it): a healthy job sends nothing, and a
 long step sends once. The standard library only, like ``progress``; it never raises into the
 training and never blocks it (its thread alone waits on the network).
+
+With the stack goes where the rank stands in each process group's collectives, read from
+torch's flight recorder in the rank's own process (``collectives``: plain numbers and names, as
+JSON; never a pickle): the operator then names the collective the hung rank never joined.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -28,6 +33,8 @@ POLL = 2.0  # seconds between two looks
 GAPS = 20  # the recent gaps between calls the usual one is taken from
 MAX_FRAMES = 12  # innermost
 MAX_FRAME_CHARS = 200
+MAX_GROUPS = 8  # process groups said, the first by id
+MAX_NAME_CHARS = 64
 
 
 def frames(thread: threading.Thread) -> list[str]:
@@ -43,6 +50,48 @@ def frames(thread: threading.Thread) -> list[str]:
         short = path[at + 1 :] if at >= 0 else "/".join(path.split("/")[-2:])
         found.append(f"{short}:{summary.lineno} {summary.name}"[:MAX_FRAME_CHARS])
     return found
+
+
+def _recorded(backend: str) -> dict[str, Any] | None:
+    """torch's flight recorder's dump of ``backend``'s process groups, if this torch has one."""
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    dump = getattr(c10d, "_dump_fr_trace_json", None)
+    if dump is None:
+        return None
+    return json.loads(dump(True, True, backend))
+
+
+def collectives() -> list[dict[str, Any]]:
+    """Where this rank stands in each process group, from torch's flight recorder (recording
+    where ``TORCH_FR_BUFFER_SIZE`` is set, as the operator does): the sequence number of the last
+    collective it ``entered`` and of the last ``completed``, and the ``op`` of the one entered
+    (``all_reduce``). Empty where torch.distributed is not in use here, or its recorder is off
+    or unknown to this torch; never raises (torch is only used if the script imported it)."""
+    dist = sys.modules.get("torch.distributed")
+    said: dict[str, dict[str, Any]] = {}
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return []
+        names = str(dist.get_backend()).replace(",", ":").split(":")
+        for backend in sorted({n for n in names if n in ("gloo", "nccl")}):
+            dump = _recorded(backend) or {}
+            ops: dict[tuple[str, int], str] = {}
+            groups: dict[str, str] = {}
+            for e in dump.get("entries") or ():
+                pg, seq = str(e.get("pg_id")), int(e.get("collective_seq_id") or 0)
+                ops[pg, seq] = str(e.get("profiling_name") or "").split(":")[-1]
+                groups[pg] = str((e.get("process_group") or ["", ""])[-1])
+            for pg, st in sorted((dump.get("pg_status") or {}).items())[:MAX_GROUPS]:
+                entered = int(st.get("last_enqueued_collective", -1))
+                said[pg] = {
+                    "group": (groups.get(pg) or f"pg {pg}")[:MAX_NAME_CHARS],
+                    "entered": entered,
+                    "completed": int(st.get("last_completed_collective", -1)),
+                    "op": ops.get((pg, entered), "")[:MAX_NAME_CHARS],
+                }
+    except Exception:  # a torch that dumps otherwise: the stack goes without
+        return []
+    return list(said.values())[:MAX_GROUPS]
 
 
 class StackWatch:
@@ -87,4 +136,6 @@ class StackWatch:
                 self._sent = self._sent or due
             if due:
                 stack = {"rank": self.rank(), "frames": frames(self.main)}
+                if said := collectives():
+                    stack["collectives"] = said
                 self.send({"stack": {**stack, "quietSeconds": round(quiet)}})

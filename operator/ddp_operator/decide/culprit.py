@@ -5,6 +5,10 @@ backward pass whose gradients' all_reduce waits) wait; a rank whose innermost fr
 script's own (a sleep, a deadlock, a loop) stands outside, and is the one that hung. Pure:
 plain data in (never a tenant's pickle), words and a worker index out.
 
+With a stack may come where the rank stands in each process group's collectives (torch's flight
+recorder, read in the rank's own process): the one the waiting ranks entered and the hung rank
+never did is then named, with its sequence number and group.
+
 A stack is taken only from the job's own pod of the current attempt (``progress_desk``), kept
 in the operator's memory (lost with it: a restarted operator names nobody until the ranks speak
 again), and counts only if it was sent after the training last advanced.
@@ -22,6 +26,9 @@ from .conditions import parse_time
 MAX_FRAMES = 16
 MAX_FRAME_CHARS = 256
 MAX_RANK = 1 << 20
+MAX_GROUPS = 8
+MAX_NAME_CHARS = 64
+MAX_SEQ = 1 << 62
 
 
 class BadStack(ValueError):
@@ -52,7 +59,49 @@ def normalize(raw: Any, worker: int, procs: int, pod: str, now: datetime) -> dic
         raise BadStack("stack.frames must be a list of strings")
     kept = [f[:MAX_FRAME_CHARS] for f in frames[-MAX_FRAMES:]]
     at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {"rank": rank, "worker": worker, "pod": pod, "frames": kept, "at": at}
+    stack = {"rank": rank, "worker": worker, "pod": pod, "frames": kept, "at": at}
+    if (said := raw.get("collectives")) is not None:
+        stack["collectives"] = _collectives(said)
+    return stack
+
+
+def _collectives(raw: Any) -> list[dict[str, Any]]:
+    """``stack.collectives`` as kept: at most MAX_GROUPS ``{"group", "entered", "completed",
+    "op"}``; raises BadStack."""
+    if not isinstance(raw, list):
+        raise BadStack("stack.collectives must be a list")
+    kept = []
+    for c in raw[:MAX_GROUPS]:
+        if not isinstance(c, Mapping):
+            raise BadStack("stack.collectives[] must be objects")
+        group, op = c.get("group"), c.get("op", "")
+        seqs = [c.get("entered"), c.get("completed")]
+        if not isinstance(group, str) or not isinstance(op, str):
+            raise BadStack("stack.collectives[].group and .op must be strings")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in seqs) or not all(
+            -1 <= n < MAX_SEQ for n in seqs
+        ):
+            raise BadStack("stack.collectives[].entered and .completed must be sequence numbers")
+        kept.append(
+            {
+                "group": group[:MAX_NAME_CHARS],
+                "entered": seqs[0],
+                "completed": seqs[1],
+                "op": op[:MAX_NAME_CHARS],
+            }
+        )
+    return kept
+
+
+def _never_joined(hung: Mapping[str, Any], waiting: Mapping[str, Any]) -> str | None:
+    """The collective a waiting rank is in (entered, not completed) that the hung rank never
+    entered, in words (``all_reduce #31 (default_pg)``); None where their recorders do not say."""
+    entered = {c["group"]: c["entered"] for c in hung.get("collectives") or ()}
+    for c in waiting.get("collectives") or ():
+        seq, group = c["entered"], c["group"]
+        if seq > c["completed"] and group in entered and entered[group] < seq:
+            return f"{c['op'] or 'collective'} #{seq} ({group})"
+    return None
 
 
 # Where a rank waits for the others: a collective, a backward pass (DDP's all_reduce of the
@@ -114,11 +163,18 @@ def named(stacks: Mapping[int, Mapping[str, Any]], since: datetime | None) -> Cu
     s = outside[rank]
     where = s["frames"][-1].split(" ")
     ranks = ", ".join(str(r) for r in sorted(waiting))
-    others = next(iter(waiting.values()))["frames"]
+    first = waiting[min(waiting)]
+    others = first["frames"]
     at = f" at {caller}" if (caller := _caller(others)) else ""
     who = f"ranks {ranks} wait" if len(waiting) > 1 else f"rank {ranks} waits"
-    words = (
-        f"{s['pod']} (rank {rank}) never joined the collective: it stood at {where[0]} in "
-        f"{where[-1]}; {who} in {_op(others)}{at}"
-    )
+    if joined := _never_joined(s, first):
+        words = (
+            f"{s['pod']} (rank {rank}) never joined {joined}: it stood at {where[0]} in "
+            f"{where[-1]}; {who} there{at}"
+        )
+    else:
+        words = (
+            f"{s['pod']} (rank {rank}) never joined the collective: it stood at {where[0]} in "
+            f"{where[-1]}; {who} in {_op(others)}{at}"
+        )
     return Culprit(int(s["worker"]), str(s["pod"]), rank, words)

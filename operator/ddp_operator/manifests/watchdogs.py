@@ -12,9 +12,11 @@ pipe) reads ``TORCH_NCCL_TRACE_BUFFER_SIZE`` only; the recorder, from torch 2.8,
 recorded, up to torch 2.10), so both are set to BUFFER, or both to the template's value of
 either: torch takes both, the new name winning, and warns once that the old one is
 deprecated. torch logs the values it took at INFO
-(``TORCH_CPP_LOG_LEVEL=INFO``), which tests/test_gpu_watchdogs.py reads. gloo has no such
-variables: its collectives time out after ``init_process_group(timeout=)``, 30 minutes by
-default, and the operator's stall detection is the guard."""
+(``TORCH_CPP_LOG_LEVEL=INFO``), which tests/test_gpu_watchdogs.py reads. gloo has no
+watchdog variables: its collectives time out after ``init_process_group(timeout=)``, 30 minutes
+by default, and the operator's stall detection is the guard. Its process groups record into the
+flight recorder too (torch 2.11+, ``TORCH_FR_BUFFER_SIZE`` alone: the old name would only warn),
+which ``progress_stacks`` reads when a rank hangs, to name the collective it never joined."""
 
 from __future__ import annotations
 
@@ -39,8 +41,13 @@ def _buffer(template: Any) -> str:
 
 
 def env(job: JobSpec) -> list[tuple[str, str]]:
-    """The watchdogs' env of an NCCL job whose stall detection is on; none otherwise."""
-    if job.backend != c.BACKEND_NCCL or not job.stall_detection.enabled:
+    """The watchdogs' env of an NCCL job whose stall detection is on, the flight recorder's of
+    a gloo one; none otherwise."""
+    if not job.stall_detection.enabled:
+        return []
+    if job.backend == c.BACKEND_GLOO:
+        return [(BUFFER_NAMES[0], _buffer(job.template))]
+    if job.backend != c.BACKEND_NCCL:
         return []
     heartbeat = job.stall_detection.timeout_seconds or CEILING
     return [
