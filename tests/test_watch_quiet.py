@@ -32,6 +32,7 @@ while True:
     for _ in range(10):
         x = torch.tanh(x @ x)
     dist.all_reduce(torch.ones(1))
+    open(sys.argv[1] + ".computing", "w").close()  # the group computes (its start is behind)
 """
 
 
@@ -68,6 +69,10 @@ def test_a_hung_gloo_group_is_quiet_and_a_computing_one_is_not(tmp_path: Path) -
         env=env,
     )
     try:
+        # With both cores busy, the group's start (torch's import, the rendezvous) outlasted the
+        # windows below, and the hang came before it computed (run 28): its computing is awaited.
+        computing = hang.with_name("hang.computing")
+        wait(computing.exists, 180, "the group's first all_reduce")
         wait(lambda: judgement(tmp_path) is not None, 60, "the watch's first judgement")
         for _ in range(3):  # three windows of a group that computes
             time.sleep(WINDOW)
