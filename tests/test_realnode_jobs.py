@@ -177,12 +177,15 @@ def test_every_launch_style_gets_its_workers_on_the_real_node(
     own once it has finished)."""
     for style, _ in STYLES[:WAVE]:
         nodes = launched.job(style)["spec"]["nodes"]
-        for i in range(nodes):
-            name = f"{style}-worker-{i}"
-            wait_for(
-                lambda n=name: cluster.core.read_namespaced_pod(n, launched.ns).spec.node_name,
-                what=f"{name} scheduled",
-            )
+        # Each of its pods made (the operator's first pass may come after the job's apply) and
+        # given a node.
+        wait_for(
+            lambda s=style, n=nodes: (
+                len(made := jobs.workers(cluster, launched.ns, s)) == n
+                and all(p["spec"].get("nodeName") for p in made)
+            ),
+            what=f"{style}'s {nodes} workers scheduled",
+        )
         _on_the_real_node(cluster, launched.ns, style)
 
 
