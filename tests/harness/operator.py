@@ -13,9 +13,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cluster import Cluster, wait_for
+from .cluster import ROOT, Cluster, wait_for
 
 BIN = Path(sys.executable).parent / "ddp-operator"
+# Each process's log, in the checkout beside the test reports (not /tmp, where every run left
+# a hundred): a failed run's operators can be read there; a fresh clone starts without them.
+LOGS = ROOT / ".cluster" / "test-report" / "operators"
 
 
 class OperatorProcess:
@@ -26,7 +29,8 @@ class OperatorProcess:
         self.port = free_port()
         self.liveness = f"http://127.0.0.1:{self.port}/healthz"
         self.args = [str(BIN), "run", "--namespace", namespace, "--liveness", self.liveness, *extra]
-        self.log = Path(tempfile.mkstemp(prefix="ddp-operator-", suffix=".log")[1])
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log = Path(tempfile.mkstemp(prefix="ddp-operator-", suffix=".log", dir=LOGS)[1])
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> OperatorProcess:
