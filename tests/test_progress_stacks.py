@@ -76,12 +76,12 @@ RANKS = textwrap.dedent("""
                 break
             time.sleep(0.05)  # gloo's work thread marks a collective completed just after
         print(json.dumps(said), flush=True)
-        os._exit(0)
+        if dist.get_rank() == 0:
+            os._exit(0)
     threading.Thread(target=say, daemon=True).start()
     if dist.get_rank() == 1:
-        time.sleep(60)  # hung: never joins the fourth
+        time.sleep(120)  # hung: never joins the fourth; alive until rank 0 has said (the test)
     dist.all_reduce(t)
-    time.sleep(60)
 """)
 
 
@@ -108,11 +108,16 @@ def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_reco
         )
         for r in (0, 1)
     ]
-    said = []
-    for p in ranks:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        said.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        # Rank 1 stays: had it ended, rank 0's all_reduce would have failed ("Connection reset").
+        out, err = ranks[0].communicate(timeout=120)
+        assert ranks[0].returncode == 0, err
+        assert ranks[1].stdout is not None
+        said = [json.loads(out.strip().splitlines()[-1]), json.loads(ranks[1].stdout.readline())]
+    finally:
+        for p in ranks:
+            p.kill()
+            p.communicate()
     assert said[0] == [{"group": "default_pg", "entered": 4, "completed": 3, "op": "all_reduce"}], (
         said
     )
