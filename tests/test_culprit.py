@@ -135,13 +135,15 @@ def test_a_stall_names_the_worker_that_hung_and_its_failure_says_which() -> None
     job = resolve(body)
     conds = [{"type": "Running", "status": "True", "lastTransitionTime": at(600)}]
     progress = {"step": 5, "attempt": 0, "advanced": at(40), "updated": at(40)}
-    progress["stacks"] = {0: stack(0, WAITS), 1: stack(1, SLEEPS)}
-    stall, _ = hangs.check(job, {"conditions": conds}, progress, 0, NOW)
+    stacks = {0: stack(0, WAITS), 1: stack(1, SLEEPS)}
+    stall, _ = hangs.check(job, {"conditions": conds}, progress, 0, NOW, stacks)
     assert stall is not None and (stall.index, stall.pod) == (1, "j-worker-1")
     assert stall.message.startswith("j-worker-1 (rank 1) never joined the collective: ")
     assert "; the training's step has not advanced from 5 since" in stall.message
     pods = [WorkerPod(f"j-worker-{i}", i, 0, "Running", uid=f"p{i}", owner_uid="u") for i in (0, 1)]
-    p = plan(job, {"restarts": 0, "conditions": conds}, pods, NOW, generation=1, progress=progress)
+    p = plan(
+        job, {"restarts": 0, "conditions": conds}, pods, NOW, 1, progress=progress, stacks=stacks
+    )
     first = p.status["firstFailure"]
     assert (first["worker"], first["pod"], first["reason"]) == (1, "j-worker-1", "Stalled")
     restarting = next(c for c in p.status["conditions"] if c["type"] == "Restarting")
@@ -158,13 +160,13 @@ def test_an_elastic_job_replaces_the_worker_that_hung_alone() -> None:
     job = resolve(body)
     conds = [{"type": "Running", "status": "True", "lastTransitionTime": at(600)}]
     progress = {"step": 5, "attempt": 0, "advanced": at(40), "updated": at(40)}
-    progress["stacks"] = {r: stack(r, SLEEPS if r in (2, 3) else WAITS, procs=2) for r in range(6)}
+    stacks = {r: stack(r, SLEEPS if r in (2, 3) else WAITS, procs=2) for r in range(6)}
     pods = [
         WorkerPod(f"j-worker-{i}", i, 0, "Running", uid=f"p{i}", owner_uid="u", node=f"n{i}")
         for i in range(3)
     ]
     status = {"restarts": 0, "conditions": conds}
-    p = plan(job, status, pods, NOW, generation=1, progress=progress)
+    p = plan(job, status, pods, NOW, generation=1, progress=progress, stacks=stacks)
     assert p.status["restarts"] == 0 and p.status["replacing"] == [{"index": 1, "uid": "p1"}]
     first = p.status["firstFailure"]
     assert (first["worker"], first["node"], first["action"]) == (1, "n1", "ReplaceWorker")

@@ -1,20 +1,30 @@
 """Where a quiet rank stands (``progress_stacks``), against a real HTTP server here: once a
-rank has not called ``report`` for a while, it sends its main thread's stack, once per quiet
-spell, from any rank; a rank that keeps calling sends nothing."""
+rank has not called ``report`` for a while, or (a script that never calls it) has used no CPU
+for a while, it sends its main thread's stack, once per quiet spell, from any rank; a rank that
+keeps calling, or computing, sends nothing."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 from test_progress import Endpoint, endpoint  # noqa: F401 (the fixture)
 
 from ddp_operator import progress, progress_stacks
+from ddp_operator.decide import culprit
+from ddp_operator.model import constants as c
+
+OPERATOR = Path(__file__).resolve().parents[1] / "operator"
+TRAINER_IMAGE = OPERATOR.parent / "trainer_image"
 
 
 def stand_here(seconds: float) -> None:
@@ -122,3 +132,118 @@ def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_reco
         said
     )
     assert [(c["group"], c["entered"], c["completed"]) for c in said[1]] == [("default_pg", 3, 3)]
+
+
+def test_a_rank_of_a_script_that_never_reports_says_where_it_stands_once_its_cpu_is_quiet(
+    endpoint: Endpoint,  # noqa: F811
+    monkeypatch,
+) -> None:
+    """By its CPU time: computing, nothing; quiet, once a spell; a report call ends it."""
+    monkeypatch.setattr(progress_stacks, "POLL", 0.05)
+    monkeypatch.setattr(progress_stacks, "_in_group", lambda: True)  # as a rank that joined
+    monkeypatch.setattr(progress.reporter(), "url", endpoint.url)
+    monkeypatch.setenv("DDP_STACK_AFTER", "0.3")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv(progress_stacks.URL_ENV, endpoint.url)
+    progress_stacks._reports.clear()
+    progress_stacks.autostart()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # computing: a core busy
+        sum(i * i for i in range(1000))
+    assert stacks(endpoint.got) == []
+    stand_here(1.0)
+    said = stacks(endpoint.got)
+    assert len(said) == 1 and said[0]["stack"]["rank"] == 2, said
+    assert said[0]["stack"]["frames"][-1].endswith(" stand_here"), said
+    progress_stacks._reports.set()  # the script reports after all: its calls say from now on
+    time.sleep(0.2)
+    sum(i * i for i in range(100_000))
+    stand_here(1.0)
+    assert len(stacks(endpoint.got)) == 1
+
+
+def test_a_rank_is_quiet_by_cpu_as_its_pod_s_watch_judges_a_pod() -> None:
+    assert progress_stacks.QUIET_SHARE * 100 == c.QUIET_PERCENT
+    assert progress_stacks.URL_ENV == progress.URL_ENV
+
+
+def test_outside_a_ddpjob_s_pod_no_process_is_watched(monkeypatch) -> None:
+    monkeypatch.delenv(progress_stacks.URL_ENV, raising=False)
+
+    def watches() -> set[int | None]:
+        return {t.ident for t in threading.enumerate() if t.name == "ddp-stack"}
+
+    before = watches()
+    progress_stacks.autostart()
+    assert watches() <= before
+
+
+UNMODIFIED = textwrap.dedent("""
+    import site, sys
+    site.addsitedir(sys.argv[1])  # the image's site-packages, with its .pth
+    import os, time
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if dist.get_rank() == 1:
+        time.sleep(120)  # hung: never joins the fourth
+    dist.all_reduce(t)
+""")
+
+
+def test_two_real_ranks_of_an_unmodified_script_name_the_one_that_hung(
+    endpoint: Endpoint,  # noqa: F811
+    tmp_path,
+) -> None:
+    """The trainer image's .pth starts the watch in each rank of a script with no progress
+    code; their stacks name rank 1, and the all_reduce it never joined."""
+    shutil.copy(TRAINER_IMAGE / "ddp_operator_stacks.pth", tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text(UNMODIFIED)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = os.pathsep.join([str(TRAINER_IMAGE), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": "2",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "DDP_PROGRESS_URL": endpoint.url,
+        "DDP_STACK_AFTER": "2",
+        "DDP_ATTEMPT": "0",
+    }
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path)],
+            env={**env, "RANK": str(r)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    try:
+        deadline = time.monotonic() + 90
+        while len({g["stack"]["rank"] for g in stacks(endpoint.got)}) < 2:
+            assert time.monotonic() < deadline, endpoint.got
+            assert all(p.poll() is None for p in ranks), [p.communicate() for p in ranks]
+            time.sleep(0.2)
+    finally:
+        for p in ranks:
+            p.kill()
+            p.communicate()
+    now = datetime.now(UTC)
+    kept = {
+        r: culprit.normalize(g["stack"], r, 1, f"w-{r}", now)
+        for g in stacks(endpoint.got)
+        if (r := g["stack"]["rank"]) is not None
+    }
+    assert all(g["attempt"] == 0 for g in stacks(endpoint.got))
+    hung = culprit.named(kept, None)
+    assert hung is not None and hung.rank == 1, kept
+    assert "never joined all_reduce #4 (default_pg): it stood at " in hung.words, hung.words
+    assert f"{tmp_path.name}/train.py:11 in <module>" in hung.words, hung.words

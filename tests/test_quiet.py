@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddp_operator.decide import quiet
+from ddp_operator.decide import culprit, quiet
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.manifests import builders
 from ddp_operator.model.jobspec import resolve
@@ -100,7 +100,7 @@ def test_only_a_running_job_that_does_not_report_is_judged_by_its_processes(
     spec: dict[str, Any], status: dict[str, Any], progress: dict[str, Any] | None, why: str | None
 ) -> None:
     current = {0: worker(0, quiet_for=300), 1: worker(1, quiet_for=300)}
-    stall, _ = quiet.stalled(job(**spec), status, current, progress, 0, NOW)
+    stall, _ = quiet.stalled(job(**spec), status, current, progress, {}, 0, NOW)
     assert (stall is None) == (why is not None), why
 
 
@@ -124,3 +124,28 @@ def test_a_quiet_group_is_restarted_as_stalled_through_the_failure_policy() -> N
     restarting = next(c for c in p.status["conditions"] if c["type"] == "Restarting")
     assert "the script reports no progress" in restarting["message"], restarting
     assert restarting["reason"] == "RestartingInPlace"
+
+
+def test_a_quiet_stall_names_the_worker_whose_rank_stood_outside_torch() -> None:
+    """Each rank of an unmodified script said where it stands (``progress_stacks.autostart``):
+    the stall is worker 1's, on its node; stacks from before the group started do not count."""
+    waits = ["t.py:10 <module>", "torch/distributed/distributed_c10d.py:2950 all_reduce"]
+    sleeps = ["t.py:9 <module>"]
+
+    def stack(rank: int, frames: list[str], ago: float) -> dict[str, Any]:
+        kept = culprit.normalize({"rank": rank, "frames": frames}, rank, 1, f"j-worker-{rank}", NOW)
+        return {**kept, "at": at(ago)}
+
+    current = {0: worker(0, quiet_for=90), 1: worker(1, quiet_for=61)}
+    stacks = {0: stack(0, waits, 70), 1: stack(1, sleeps, 70)}
+    stall, _ = quiet.stalled(JOB, running(), current, None, stacks, 0, NOW)
+    assert stall is not None and (stall.index, stall.pod) == (1, "j-worker-1")
+    assert stall.node == current[1].node
+    assert stall.message.startswith(
+        "j-worker-1 (rank 1) never joined the collective: it stood at t.py:9 in <module>; "
+        "rank 0 waits in all_reduce at t.py:10; no process of any worker has used 5% of a CPU "
+        "core since "
+    ), stall.message
+    stale = {0: stack(0, waits, 700), 1: stack(1, sleeps, 700)}
+    stall, _ = quiet.stalled(JOB, running(), current, None, stale, 0, NOW)
+    assert stall is not None and stall.index == -1

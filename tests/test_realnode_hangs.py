@@ -126,7 +126,8 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     """Issue 54: a script with no progress code (no ``report``); rank 1 stops at step 30 of
     attempt 0 and rank 0 waits in its all_reduce. Each pod's watch finds its processes quiet,
     its readiness says so, and once both have been quiet for the stall timeout the job says
-    Stalled, restarts the group, and attempt 1 trains to Succeeded."""
+    Stalled, naming worker 1 (each rank of the trainer image said where it stands:
+    ``progress_stacks.autostart``), restarts the group, and attempt 1 trains to Succeeded."""
     ns, name = reporting.ns, "quiet-hang"
     jobs.apply(cluster, hanging_job(name, ns, images["trainer"], UNMODIFIED_HANGS_ON_ATTEMPT_0))
     running = jobs.wait_condition(cluster, ns, name, "Running", timeout=180)
@@ -134,6 +135,10 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     cond = jobs.condition(restarted, "Restarting")
     assert "the script reports no progress" in cond["message"], cond
     assert "(stall timeout 30s" in cond["message"], cond
+    assert cond["message"].startswith(
+        f"{name}-worker-1 (rank 1) never joined all_reduce #30 (default_pg): it stood at "
+        "tmp/t.py:11 in <module>; rank 0 waits there at tmp/t.py:14; no process of any worker "
+    ), cond
     began = datetime.fromisoformat(jobs.condition(running, "Running")["lastTransitionTime"])
     caught = datetime.fromisoformat(cond["lastTransitionTime"])
     # Started, trained 30 steps (a few seconds), then: a window or two for the watch to find
@@ -143,4 +148,5 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
     status = done["status"]
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
+    assert status["firstFailure"]["worker"] == 1 and status["firstFailure"]["node"], status
     assert not status.get("progress"), status  # it never reported

@@ -12,17 +12,21 @@ training and never blocks it (its thread alone waits on the network).
 With the stack goes where the rank stands in each process group's collectives, read from
 torch's flight recorder in the rank's own process (``collectives``: plain numbers and names, as
 JSON; never a pickle): the operator then names the collective the hung rank never joined.
+
+A script that never calls ``report`` is watched by its CPU time instead (``autostart``, run at
+the start of every Python process of the trainer image through a ``.pth`` file): once the
+process has joined a process group, it is quiet while it uses under QUIET_SHARE of a core (a
+rank blocked in a gloo collective, asleep or deadlocked uses 1%; one computing, loading or saving
+uses more), and sends its stack after LEAST_QUIET seconds of it. A rank that calls ``report``
+goes by its calls alone.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -35,11 +39,16 @@ MAX_FRAMES = 12  # innermost
 MAX_FRAME_CHARS = 200
 MAX_GROUPS = 8  # process groups said, the first by id
 MAX_NAME_CHARS = 64
+QUIET_SHARE = 0.05  # of a core, over a poll: as the pod's watch judges (QUIET_PERCENT)
+URL_ENV = "DDP_PROGRESS_URL"  # as ``progress`` reads it: set in a DDPJob's pods
+_reports = threading.Event()  # this process calls ``report``: its calls say when it is quiet
 
 
 def frames(thread: threading.Thread) -> list[str]:
     """``thread``'s stack, innermost last, as ``path:line function`` (the path's last two
     parts, or from ``torch/`` on); at most MAX_FRAMES."""
+    import traceback  # (json, statistics, traceback when used: every process loads this module)
+
     frame = sys._current_frames().get(thread.ident or -1)
     if frame is None:
         return []
@@ -54,6 +63,8 @@ def frames(thread: threading.Thread) -> list[str]:
 
 def _recorded(backend: str) -> dict[str, Any] | None:
     """torch's flight recorder's dump of ``backend``'s process groups, if this torch has one."""
+    import json
+
     c10d = sys.modules.get("torch._C._distributed_c10d")
     dump = getattr(c10d, "_dump_fr_trace_json", None)
     if dump is None:
@@ -94,11 +105,26 @@ def collectives() -> list[dict[str, Any]]:
     return list(said.values())[:MAX_GROUPS]
 
 
-class StackWatch:
-    """Sends this rank's stack through ``send`` once it has been quiet for a while."""
+def _in_group() -> bool:
+    """Whether this process has joined a process group (a rank; torchrun's agent never does)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and dist.is_available() and dist.is_initialized()
+    except Exception:
+        return False
 
-    def __init__(self, rank: Callable[[], int], send: Callable[[dict[str, Any]], bool]) -> None:
-        self.rank, self.send = rank, send
+
+class StackWatch:
+    """Sends this rank's stack through ``send`` once it has been quiet for a while: without a
+    call for a while, or (``by_cpu``) a rank using no CPU for a while."""
+
+    def __init__(
+        self,
+        rank: Callable[[], int],
+        send: Callable[[dict[str, Any]], bool],
+        by_cpu: bool = False,
+    ) -> None:
+        self.rank, self.send, self.by_cpu = rank, send, by_cpu
         self.main = threading.main_thread()
         self._called = time.monotonic()
         self._gaps: list[float] = []
@@ -115,6 +141,7 @@ class StackWatch:
 
     def called(self) -> None:
         """``report`` was called: the rank advances; a new spell begins."""
+        _reports.set()
         now = time.monotonic()
         with self._lock:
             self._gaps = [*self._gaps[-(GAPS - 1) :], now - self._called]
@@ -122,14 +149,29 @@ class StackWatch:
 
     def after(self) -> float:
         """Seconds without a call after which the rank is quiet."""
+        import statistics
+
         if self._fixed is not None:
             return self._fixed
         usual = statistics.median(self._gaps) if self._gaps else 0.0
         return max(LEAST_QUIET, QUIET_FACTOR * usual)
 
+    def _active(self, busy: bool) -> None:
+        """The rank computed (or is no rank yet): its quiet spell, if any, ends."""
+        if busy:
+            with self._lock:
+                self._called, self._sent = time.monotonic(), False
+
     def _run(self) -> None:
+        cpu, at = time.process_time(), time.monotonic()
         while True:
             time.sleep(POLL)
+            if self.by_cpu:
+                if _reports.is_set():  # the script reports: its own watch says
+                    return
+                used, now = time.process_time(), time.monotonic()
+                self._active(used - cpu >= QUIET_SHARE * (now - at) or not _in_group())
+                cpu, at = used, now
             with self._lock:
                 quiet = time.monotonic() - self._called
                 due = not self._sent and quiet >= self.after()
@@ -139,3 +181,26 @@ class StackWatch:
                 if said := collectives():
                     stack["collectives"] = said
                 self.send({"stack": {**stack, "quietSeconds": round(quiet)}})
+
+
+def autostart() -> None:
+    """Watch this process by its CPU time, in a DDPJob's pod (``URL_ENV`` set): for the trainer
+    image's ``.pth``, at the start of every Python process; never raises."""
+    if not os.environ.get(URL_ENV):
+        return
+    import contextlib
+
+    with contextlib.suppress(Exception):  # (never in the way of the process)
+        StackWatch(_rank, _send, by_cpu=True).start()
+
+
+def _rank() -> int:
+    from . import progress  # when a stack goes: urllib's import is not every process's
+
+    return progress._rank()
+
+
+def _send(payload: dict[str, Any]) -> bool:
+    from . import progress
+
+    return progress.reporter()._send_stack(payload)

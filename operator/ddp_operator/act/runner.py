@@ -282,6 +282,7 @@ class JobRunner:
                 self._progress(body),
                 admission,
                 self.logs.known(job),
+                self._stacks(),
             )
             self.spent = time.thread_time() - deciding
             return plan
@@ -304,12 +305,14 @@ class JobRunner:
         return plan.requeue_after
 
     def _progress(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """The training's latest report, with where its quiet ranks stand in this attempt
-        (kept here, never written: ``culprit``)."""
-        progress = progress_report.latest(_progress(body), self.reported)
-        if not progress or not self.stacks or self.stacks_attempt != progress.get("attempt"):
-            return progress
-        return {**progress, "stacks": dict(self.stacks)}
+        """The training's latest report."""
+        return progress_report.latest(_progress(body), self.reported)
+
+    def _stacks(self) -> dict[int, dict[str, Any]]:
+        """Where the job's quiet ranks stand in its current attempt (kept here, never written:
+        ``culprit``; the attempt as ``progress_desk`` took them in)."""
+        attempt = int(self.status.get("restarts") or 0)
+        return dict(self.stacks) if self.stacks_attempt == attempt else {}
 
     async def execute(self, job: Any, plan: reconcile.Plan) -> None:
         """Carry out a plan. One that removes anything or starts a new attempt records its status

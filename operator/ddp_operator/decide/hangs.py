@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from ..model import constants as c
@@ -33,7 +34,7 @@ from . import culprit
 from .conditions import condition, parse_time
 from .failure_facts import STALLED, WorkerFailure
 
-__all__ = ["STALLED", "check", "timeout"]
+__all__ = ["STALLED", "blamed", "check", "timeout"]
 
 
 def timeout(job: JobSpec, progress: Mapping[str, Any] | None) -> int:
@@ -62,10 +63,12 @@ def check(
     progress: Mapping[str, Any] | None,
     attempt: int,
     now: datetime,
+    stacks: Mapping[int, Mapping[str, Any]] = MappingProxyType({}),
 ) -> tuple[WorkerFailure | None, float | None]:
     """(the stall, if the job is stalled; else seconds until it would be). ``status``: the
     status being written (its conditions; an elastic job's replacements start the clock too,
-    and none is judged while one is under way)."""
+    and none is judged while one is under way); ``stacks``: where the attempt's quiet ranks
+    stand (``culprit``)."""
     if not job.stall_detection.enabled or not progress or progress.get("attempt") != attempt:
         return None, None
     running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
@@ -98,11 +101,12 @@ def check(
             f"{progress.get('advanced') or progress.get('updated')} (stall timeout {limit}s"
             f"{'' if job.stall_detection.timeout_seconds else ', automatic'})"
         )
-    hung = culprit.named(progress.get("stacks") or {}, advanced)
+    return blamed(culprit.named(stacks, advanced), message), None
+
+
+def blamed(hung: culprit.Culprit | None, message: str) -> WorkerFailure:
+    """The stall, on the worker that hung where it was named (its words lead the message)."""
     if hung is None:
-        return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None
+        return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False)
     message = f"{hung.words}; {message}"
-    return (
-        WorkerFailure(hung.index, hung.pod, STALLED, message=message, time=None, finished=False),
-        None,
-    )
+    return WorkerFailure(hung.index, hung.pod, STALLED, message=message, time=None, finished=False)

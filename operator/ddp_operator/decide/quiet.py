@@ -20,6 +20,10 @@ spells' starts and the group's start. How the signal behaves:
   quiet. There the NCCL watchdog (``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``, set to the stall
   timeout: ``manifests/watchdogs``) ends the collective, a failure like any other;
 * a pod that never computed (``sleep infinity``) is never quiet.
+
+The worker that hung is named as for a script that reports (``culprit``): in the trainer image,
+each rank quiet for a while says where it stands with no change to the script
+(``progress_stacks.autostart``).
 """
 
 from __future__ import annotations
@@ -27,15 +31,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.stall_detection import CEILING
 from ..model.workers import WorkerPod
+from . import culprit
 from .conditions import condition, parse_time
 from .failure_facts import WorkerFailure
-from .hangs import STALLED
+from .hangs import blamed
 from .hangs import check as steps_stalled
 
 
@@ -44,27 +50,33 @@ def stalled(
     status: Mapping[str, Any],
     current: Mapping[int, WorkerPod],
     progress: Mapping[str, Any] | None,
+    stacks: Mapping[int, Mapping[str, Any]],
     attempt: int,
     now: datetime,
 ) -> tuple[WorkerFailure | None, float | None]:
     """(the stall, else seconds until it would be): by the script's steps where it reports in
-    the attempt (``hangs``, with the worker that hung if it was found, and its node), else by
-    its processes (``check``)."""
-    stall, until = steps_stalled(job, status, progress, attempt, now)
+    the attempt (``hangs``), else by its processes (``check``); with the worker that hung where
+    ``stacks`` name it (``culprit``), and its node."""
+    stall, until = steps_stalled(job, status, progress, attempt, now, stacks)
     reports = bool(progress) and (progress or {}).get("attempt") == attempt
     if stall is None and until is None and not reports:
-        return check(job, status, current, now)
+        stall, until = check(job, status, current, now, stacks)
     if stall is not None and (pod := current.get(stall.index)) is not None:
         stall = dataclasses.replace(stall, node=pod.node)  # the culprit's
     return stall, until
 
 
 def check(
-    job: JobSpec, status: Mapping[str, Any], current: Mapping[int, WorkerPod], now: datetime
+    job: JobSpec,
+    status: Mapping[str, Any],
+    current: Mapping[int, WorkerPod],
+    now: datetime,
+    stacks: Mapping[int, Mapping[str, Any]] = MappingProxyType({}),
 ) -> tuple[WorkerFailure | None, float | None]:
     """(the stall of a job whose script has not reported in the attempt, if every worker has
     been quiet for the stall timeout; else seconds until it would be, or None while some worker
-    is not quiet: its pod's next change wakes the job)."""
+    is not quiet: its pod's next change wakes the job). Its ranks' stacks count from the group's
+    start: by then each rank has been quiet long enough to have sent its latest."""
     if not job.stall_detection.enabled or status.get("replacing"):
         return None, None
     running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
@@ -86,4 +98,5 @@ def check(
         f"{since.strftime('%Y-%m-%dT%H:%M:%SZ')} (stall timeout {limit}s; the script reports no "
         "progress)"
     )
-    return WorkerFailure(-1, "", STALLED, message=message, time=None, finished=False), None
+    started = parse_time(running.get("lastTransitionTime"))
+    return blamed(culprit.named(stacks, started), message), None

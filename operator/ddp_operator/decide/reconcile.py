@@ -38,6 +38,7 @@ def plan(
     progress: Mapping[str, Any] | None = None,
     admission: kueue_workload.Admission | None = None,
     logs: Mapping[tuple[str, int], failure_logs.LogRead] = MappingProxyType({}),
+    stacks: Mapping[int, Mapping[str, Any]] = MappingProxyType({}),
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
@@ -48,8 +49,9 @@ def plan(
     the training's latest report (``status.progress``); ``admission``: what the job's own
     Kueue Workload says (``kueue_workload``: a job not admitted comes suspended); ``logs``:
     the failures' logs read, by (pod UID, attempt) (a plan whose deciding failure wants its
-    log read says so: ``Plan.read_log``)."""
-    beside = Beside(failure, seen, evicted, told, refused, last, progress, admission, logs)
+    log read says so: ``Plan.read_log``); ``stacks``: where the quiet ranks of the attempt
+    stand, by rank (``culprit``)."""
+    beside = Beside(failure, seen, evicted, told, refused, last, progress, admission, logs, stacks)
     one = Pass(job, status, list(pods), now, generation, beside)
     steps = (
         one.finished,  # 1. a finished job only cleans up

@@ -77,6 +77,7 @@ class Beside:
     progress: Mapping[str, Any] | None
     admission: kueue_workload.Admission | None
     logs: Mapping[tuple[str, int], failure_logs.LogRead]
+    stacks: Mapping[int, Mapping[str, Any]]
 
 
 class Pass:
@@ -236,7 +237,9 @@ class Pass:
         stuck = inplace.stuck(self.members.standing, attempt, self.now, inplace.limit(job))
         if not facts and not stuck:  # a training that stopped fails too (``hangs``, ``quiet``)
             status = {**new, "conditions": self.conds.items}
-            stall, until = quiet.stalled(job, status, current, beside.progress, attempt, self.now)
+            stall, until = quiet.stalled(
+                job, status, current, beside.progress, beside.stacks, attempt, self.now
+            )
             self.result.recheck_in(until)
             facts = [stall] if stall else []
         if not facts and not stuck:
