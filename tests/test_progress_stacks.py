@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -73,7 +72,9 @@ RANKS = textwrap.dedent("""
     import json, os, sys, threading, time
     import torch, torch.distributed as dist
     from ddp_operator import progress_stacks
-    dist.init_process_group("gloo")
+    dist.init_process_group(
+        "gloo", init_method=os.environ["STORE"], rank=int(os.environ["RANK"]), world_size=2
+    )
     t = torch.ones(4)
     for _ in range(3):
         dist.all_reduce(t)
@@ -95,17 +96,15 @@ RANKS = textwrap.dedent("""
 """)
 
 
-def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_recorder() -> None:
-    """Two real gloo ranks: rank 0 entered all_reduce #4 and waits, rank 1 never did."""
+def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_recorder(
+    tmp_path: Path,
+) -> None:
+    """Two real gloo ranks: rank 0 entered all_reduce #4 and waits, rank 1 never did. They
+    meet through a file, not a port another test may take between its choice and its use."""
     assert progress_stacks.collectives() == []  # torch.distributed not in use here
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {
         **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": "2",
+        "STORE": f"file://{tmp_path}/store",
         "TORCH_FR_BUFFER_SIZE": "2000",
     }
     ranks = [
@@ -146,7 +145,7 @@ def test_a_rank_of_a_script_that_never_reports_says_where_it_stands_once_its_cpu
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv(progress_stacks.URL_ENV, endpoint.url)
     progress_stacks._reports.clear()
-    progress_stacks.autostart()
+    progress_stacks.autostart(progress.rank, progress.send_stack)
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:  # computing: a core busy
         sum(i * i for i in range(1000))
@@ -174,7 +173,7 @@ def test_outside_a_ddpjob_s_pod_no_process_is_watched(monkeypatch) -> None:
         return {t.ident for t in threading.enumerate() if t.name == "ddp-stack"}
 
     before = watches()
-    progress_stacks.autostart()
+    progress_stacks.autostart(progress.rank, progress.send_stack)
     assert watches() <= before
 
 
@@ -183,7 +182,9 @@ UNMODIFIED = textwrap.dedent("""
     site.addsitedir(sys.argv[1])  # the image's site-packages, with its .pth
     import os, time
     import torch, torch.distributed as dist
-    dist.init_process_group("gloo")
+    dist.init_process_group(
+        "gloo", init_method=os.environ["STORE"], rank=int(os.environ["RANK"]), world_size=2
+    )
     t = torch.ones(4)
     for _ in range(3):
         dist.all_reduce(t)
@@ -202,16 +203,11 @@ def test_two_real_ranks_of_an_unmodified_script_name_the_one_that_hung(
     shutil.copy(TRAINER_IMAGE / "ddp_operator_stacks.pth", tmp_path)
     script = tmp_path / "train.py"
     script.write_text(UNMODIFIED)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     path = os.pathsep.join([str(TRAINER_IMAGE), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
     env = {
         **os.environ,
         "PYTHONPATH": path,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": "2",
+        "STORE": f"file://{tmp_path}/store",
         "TORCH_FR_BUFFER_SIZE": "2000",
         "DDP_PROGRESS_URL": endpoint.url,
         "DDP_STACK_AFTER": "2",
@@ -246,4 +242,4 @@ def test_two_real_ranks_of_an_unmodified_script_name_the_one_that_hung(
     hung = culprit.named(kept, None)
     assert hung is not None and hung.rank == 1, kept
     assert "never joined all_reduce #4 (default_pg): it stood at " in hung.words, hung.words
-    assert f"{tmp_path.name}/train.py:11 in <module>" in hung.words, hung.words
+    assert f"{tmp_path.name}/train.py:13 in <module>; rank 0 waits there at " in hung.words

@@ -58,7 +58,7 @@ RESUME_PATH_ENV = "DDP_RESUME_PATH"
 MAX_PATH = 1024  # characters of a checkpoint's path, as decide/progress_report takes it
 
 
-def _rank() -> int:
+def rank() -> int:
     """This process's global rank: torch.distributed's once initialised, else RANK, else 0."""
     dist = sys.modules.get("torch.distributed")
     try:
@@ -129,7 +129,7 @@ class Reporter:
         call tells its StackWatch that it advances."""
         try:
             self._advances()
-            if _rank() != 0:
+            if rank() != 0:
                 return
             if not self.url:
                 self.say_once("url", f"{URL_ENV} is not set (not in a DDPJob): not reported")
@@ -163,7 +163,7 @@ class Reporter:
     def _advances(self) -> None:
         """This rank advances: its StackWatch (started at its first call) is told."""
         if self._stacks is None and self.url and StackWatch is not None:
-            self._stacks = StackWatch(_rank, self._send_stack)
+            self._stacks = StackWatch(rank, self._send_stack)
             self._stacks.start()
         if self._stacks is not None:
             self._stacks.called()
@@ -177,7 +177,7 @@ class Reporter:
         """Say a checkpoint of ``step`` is saved (at ``path``): sent at once with the last
         report's step, total, phase and metrics, and with every report after it."""
         try:
-            if _rank() != 0:
+            if rank() != 0:
                 return
             mark: dict[str, Any] = {"step": int(step)}
             if path:
@@ -297,6 +297,12 @@ def reporter() -> Reporter:
             interval = DEFAULT_INTERVAL
         _reporter = Reporter(os.environ.get(URL_ENV), os.environ.get(TOKEN_ENV), interval)
     return _reporter
+
+
+def send_stack(payload: dict[str, Any]) -> bool:
+    """Send where this rank stands (``progress_stacks``), with its attempt; False if it did
+    not go."""
+    return reporter()._send_stack(payload)
 
 
 def report(

@@ -181,26 +181,16 @@ class StackWatch:
                 if said := collectives():
                     stack["collectives"] = said
                 self.send({"stack": {**stack, "quietSeconds": round(quiet)}})
+                cpu, at = time.process_time(), time.monotonic()  # its own sending is no work
 
 
-def autostart() -> None:
+def autostart(rank: Callable[[], int], send: Callable[[dict[str, Any]], bool]) -> None:
     """Watch this process by its CPU time, in a DDPJob's pod (``URL_ENV`` set): for the trainer
-    image's ``.pth``, at the start of every Python process; never raises."""
+    image's ``.pth``, at the start of every Python process (``rank`` and ``send`` as
+    ``progress`` gives them: it is imported only when a stack goes); never raises."""
     if not os.environ.get(URL_ENV):
         return
     import contextlib
 
     with contextlib.suppress(Exception):  # (never in the way of the process)
-        StackWatch(_rank, _send, by_cpu=True).start()
-
-
-def _rank() -> int:
-    from . import progress  # when a stack goes: urllib's import is not every process's
-
-    return progress._rank()
-
-
-def _send(payload: dict[str, Any]) -> bool:
-    from . import progress
-
-    return progress.reporter()._send_stack(payload)
+        StackWatch(rank, send, by_cpu=True).start()
