@@ -133,31 +133,68 @@ def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_reco
     assert [(c["group"], c["entered"], c["completed"]) for c in said[1]] == [("default_pg", 3, 3)]
 
 
-def test_a_rank_of_a_script_that_never_reports_says_where_it_stands_once_its_cpu_is_quiet(
-    endpoint: Endpoint,  # noqa: F811
-    monkeypatch,
-) -> None:
-    """By its CPU time: computing, nothing; quiet, once a spell; a report call ends it."""
-    monkeypatch.setattr(progress_stacks, "POLL", 0.05)
-    monkeypatch.setattr(progress_stacks, "_in_group", lambda: True)  # as a rank that joined
-    monkeypatch.setattr(progress.reporter(), "url", endpoint.url)
-    monkeypatch.setenv("DDP_STACK_AFTER", "0.3")
-    monkeypatch.setenv("RANK", "2")
-    monkeypatch.setenv(progress_stacks.URL_ENV, endpoint.url)
-    progress_stacks._reports.clear()
+BY_CPU = textwrap.dedent("""
+    import sys, time
+    from ddp_operator import progress, progress_stacks
+    progress_stacks.POLL = 0.05
+    progress_stacks._in_group = lambda: True  # as a rank that joined its group
     progress_stacks.autostart(progress.rank, progress.send_stack)
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:  # computing: a core busy
-        sum(i * i for i in range(1000))
-    assert stacks(endpoint.got) == []
+    def stand_here(seconds):
+        time.sleep(seconds)
+    def busy(seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            sum(i * i for i in range(1000))
+    def step(what):
+        print(what, flush=True)
+        sys.stdin.readline()  # the test has looked
+    busy(1.0)
+    step("computed")
     stand_here(1.0)
-    said = stacks(endpoint.got)
-    assert len(said) == 1 and said[0]["stack"]["rank"] == 2, said
-    assert said[0]["stack"]["frames"][-1].endswith(" stand_here"), said
+    step("stood")
     progress_stacks._reports.set()  # the script reports after all: its calls say from now on
     time.sleep(0.2)
-    sum(i * i for i in range(100_000))
+    busy(0.2)
     stand_here(1.0)
+""")
+
+
+def test_a_rank_of_a_script_that_never_reports_says_where_it_stands_once_its_cpu_is_quiet(
+    endpoint: Endpoint,  # noqa: F811
+) -> None:
+    """By its CPU time, in a process of its own (as a rank; the endpoint's work here is not
+    its): computing, nothing; quiet, once a spell; a report call ends it."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(OPERATOR),
+        progress_stacks.URL_ENV: endpoint.url,
+        "DDP_STACK_AFTER": "0.3",
+        "RANK": "2",
+    }
+    rank = subprocess.Popen(
+        [sys.executable, "-c", BY_CPU],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert rank.stdin is not None and rank.stdout is not None
+    try:
+        assert rank.stdout.readline() == "computed\n"
+        assert stacks(endpoint.got) == []
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        assert rank.stdout.readline() == "stood\n"
+        said = stacks(endpoint.got)
+        assert len(said) == 1 and said[0]["stack"]["rank"] == 2, said
+        assert said[0]["stack"]["frames"][-1].endswith(" stand_here"), said
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        _, err = rank.communicate(timeout=30)
+        assert rank.returncode == 0, err
+    finally:
+        rank.kill()
     assert len(stacks(endpoint.got)) == 1
 
 
