@@ -187,9 +187,9 @@ esac
         timeout=60,
         what="the standby paused again",
     )
-    # A replica that starts while its killed predecessor's peering record (same priority) is
-    # still listed pauses until kopf has cleaned it (0.3 s, seen in run 37): settled, as at the
-    # start, within a heartbeat or two.
+    # A replica that starts is paused by kopf's peering until its first look at its peers
+    # (0.35 s after the standby paused, seen in run 37): settled, as at the start, within a
+    # heartbeat or two.
     wait_for(
         lambda: ready(ops["primary"]) and not ready(ops["standby"]),
         timeout=30,
