@@ -238,6 +238,29 @@ def test_nccl_jobs_get_pytorch_s_watchdogs_consistent_with_stall_detection() -> 
     assert theirs["TORCH_FR_BUFFER_SIZE"] == theirs["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "5000"
 
 
+def test_an_nccl_rank_s_flight_recorder_dump_outlives_its_container() -> None:
+    """On a collective's timeout each NCCL rank dumps its flight recorder (seen on an H200:
+    1.5 KB for 4 collectives) to the pod's own emptyDir, kept across an in-place restart; a
+    template's own dump path is kept, with no volume; gloo (no dump on timeout) gets none."""
+    gpu = {"resource": "nvidia.com/gpu", "perNode": 8}
+    j = job(accelerator=gpu)
+    pod = builders.build_worker_pod(j, 0, in_place=True)
+    assert env_of(pod, j)["TORCH_FR_DUMP_TEMP_FILE"] == "/ddp-flight-recorder/nccl_trace_rank_"
+    assert {"name": "ddp-flight-recorder", "emptyDir": {}} in pod["spec"]["volumes"]
+    trainer = pod["spec"]["containers"][0]
+    mount = {"name": "ddp-flight-recorder", "mountPath": "/ddp-flight-recorder"}
+    assert mount in trainer["volumeMounts"]
+    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+        own = {"name": "trainer", "image": "t", "env": [{"name": name, "value": "/data/fr_"}]}
+        mine = job(accelerator=gpu, template={"spec": {"containers": [own]}})
+        pod = builders.build_worker_pod(mine, 0)
+        env = env_of(pod, mine)
+        assert env[name] == "/data/fr_" and len([k for k in env if "_TEMP_FILE" in k]) == 1
+        assert "ddp-flight-recorder" not in str(pod["spec"])
+    for other in (job(), job(accelerator=gpu, stallDetection={"enabled": False})):
+        assert "ddp-flight-recorder" not in str(builders.build_worker_pod(other, 0))
+
+
 def test_the_trainer_leaves_its_last_lines_as_its_termination_message() -> None:
     j = job()
     trainer = builders.build_worker_pod(j, 0)["spec"]["containers"][0]

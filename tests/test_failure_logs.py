@@ -24,6 +24,7 @@ from ddp_operator.decide.failure_facts import WorkerFailure, of_pod
 from ddp_operator.decide.failure_policy import Counts
 from ddp_operator.decide.failures import Failure
 from ddp_operator.decide.reconcile import plan
+from ddp_operator.decide.torch_output import Collective
 from ddp_operator.manifests import builders
 from ddp_operator.model import failure_policy as fp
 from ddp_operator.model.jobspec import resolve
@@ -104,6 +105,27 @@ def test_a_cxx_abort_s_exception_and_collective_come_from_its_log() -> None:
     told = of_pod(pod, log=read_from(pod, "nccl-timeout-torchrun"))
     assert told.words.summary.startswith(TIMEOUT) and told.source == fl.LOG
     assert (told.words.collective.op, told.words.collective.line) == ("ALLREDUCE", "train.py:5")
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "alone_says"),
+    [
+        ("h200-nccl-timeout-python", 134, ""),
+        ("h200-nccl-timeout-torchrun", 1, "killed by SIGABRT, no exception in its output"),
+    ],
+)
+def test_a_real_gpu_s_nccl_timeout_is_read_from_its_log(
+    name: str, code: int, alone_says: str
+) -> None:
+    # Recorded on an H200 (torch 2.11, NCCL 2.28.9): the watchdog's C++ frames push its what()
+    # beyond the kubelet's 2048 bytes even without torchrun, so the log is read.
+    pod = failed(name, code=code)
+    alone = of_pod(pod)
+    assert alone.words.summary == alone_says and alone.ask(attempt=0) is not None
+    told = of_pod(pod, log=read_from(pod, name))
+    assert told.words.summary.startswith(f"{TIMEOUT}: WorkNCCL(SeqNum=4, OpType=ALLREDUCE")
+    assert told.words.collective == Collective("ALLREDUCE", 4, "/tmp/record/train.py:15")
+    assert told.source == fl.LOG and "frame #" not in told.words.lines
 
 
 def test_a_rule_s_pattern_matches_the_log_s_words() -> None:

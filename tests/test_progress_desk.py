@@ -42,6 +42,10 @@ class Loop:
         self.version: str | None = "0"
         self.reported: dict[str, Any] | None = None
         self.marked: dict[str, Any] | None = None
+        self.poked = 0
+
+    def poke(self) -> None:
+        self.poked += 1
 
 
 class Jobs:
@@ -183,7 +187,8 @@ def test_a_kubeflow_status_update_is_taken_as_a_report() -> None:
 def test_where_a_quiet_rank_stands_is_kept_for_its_attempt_and_never_written() -> None:
     """``{"stack": ...}`` (``progress_stacks``): taken from the job's own pod of the current
     attempt for its own ranks, kept in the job loop's memory for the stall check (``culprit``),
-    not written to the status; a new attempt starts afresh."""
+    not written to the status, the loop woken once every rank has said; a new attempt starts
+    afresh."""
     writes, jobs = Writes(), Jobs()
     jobs.loop.body = {**ddpjob("j", "ns", nodes=2), "status": {}}
     jobs.loop.body["metadata"]["uid"] = "job-uid"
@@ -194,7 +199,11 @@ def test_where_a_quiet_rank_stands_is_kept_for_its_attempt_and_never_written() -
     assert asyncio.run(desk.accept(*KEY, SENDER, said)) == (202, "taken")
     kept = jobs.loop.stacks[0]  # type: ignore[attr-defined]
     assert (kept["worker"], kept["pod"], kept["frames"]) == (0, "j-worker-0", frames)
-    assert writes.patches == []
+    assert kept["quietSeconds"] == 16 and writes.patches == []
+    assert jobs.loop.poked == 0  # rank 1 has not said: the loop is not woken
+    jobs.loop.body["spec"]["nodes"] = 1
+    assert asyncio.run(desk.accept(*KEY, SENDER, said)) == (202, "taken")
+    assert jobs.loop.poked == 1  # every rank has: it looks
     # Worker 0 (one process a pod) has no rank 1; a stack of an earlier attempt is refused.
     code, why = asyncio.run(desk.accept(*KEY, SENDER, {"stack": {"rank": 1, "frames": []}}))
     assert code == 400 and "rank 1 is not one of j-worker-0's" in why

@@ -5,8 +5,10 @@ keeps calling, or computing, sends nothing."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,9 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
 from test_progress import Endpoint, endpoint  # noqa: F401 (the fixture)
 
 from ddp_operator import progress, progress_stacks
@@ -24,6 +28,7 @@ from ddp_operator.model import constants as c
 
 OPERATOR = Path(__file__).resolve().parents[1] / "operator"
 TRAINER_IMAGE = OPERATOR.parent / "trainer_image"
+TORCH_DATA = Path(__file__).parent / "data" / "torch"  # h200-*: recorded on a GPU (README)
 
 
 def stand_here(seconds: float) -> None:
@@ -227,6 +232,9 @@ UNMODIFIED = textwrap.dedent("""
         dist.all_reduce(t)
     if dist.get_rank() == 1:
         time.sleep(120)  # hung: never joins the fourth
+    if os.environ.get("SPIN") == str(dist.get_rank()):  # a thread keeps a core busy meanwhile
+        import threading
+        threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
     dist.all_reduce(t)
 """)
 
@@ -280,3 +288,80 @@ def test_two_real_ranks_of_an_unmodified_script_name_the_one_that_hung(
     assert hung is not None and hung.rank == 1, kept
     assert "never joined all_reduce #4 (default_pg): it stood at " in hung.words, hung.words
     assert f"{tmp_path.name}/train.py:13 in <module>; rank 0 waits there at " in hung.words
+
+
+class PlainData(pickle.Unpickler):
+    """Reads a pickle of plain data only: any class or function it names is refused, so loading
+    one runs no code (a flight recorder's dump file is the tenant's)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}: not plain data")
+
+
+def test_an_nccl_rank_s_recorder_says_the_collective_it_waits_in_as_its_dump_does() -> None:
+    """On an H200 (torch 2.11, NCCL), a collective stuck behind a kernel that never ends: the
+    recorder's JSON, read live by the rank's watch, and the dump torch wrote on the collective's
+    timeout agree: all_reduce #4 entered, #3 the last completed, called at train.py:15."""
+    live = json.loads((TORCH_DATA / "h200-fr-nccl-active.json").read_text())
+    dumped = PlainData(io.BytesIO((TORCH_DATA / "h200-fr-dump-rank-0").read_bytes())).load()
+    said = [{"group": "default_pg", "entered": 4, "completed": 3, "op": "all_reduce"}]
+    assert progress_stacks.summarize(live) == said
+    assert progress_stacks.summarize(dumped) == said
+    stuck = next(e for e in dumped["entries"] if e["collective_seq_id"] == 4)
+    assert (stuck["state"], stuck["frames"][-1]["line"]) == ("scheduled", 15)
+    with pytest.raises(pickle.UnpicklingError, match=r"posix\.system: not plain data"):
+        PlainData(io.BytesIO(pickle.dumps(os.system))).load()
+
+
+def test_a_rank_waiting_in_a_collective_says_so_though_its_cpu_is_busy(
+    endpoint: Endpoint,  # noqa: F811
+    tmp_path,
+) -> None:
+    """As an NCCL rank spins a core while it waits (seen on an H200): rank 0 waits in gloo's
+    all_reduce #4 while a thread of it keeps a core busy; its flight recorder, not its CPU,
+    says it stands still, and its stack goes."""
+    script = tmp_path / "train.py"
+    script.write_text(UNMODIFIED)
+    shutil.copy(TRAINER_IMAGE / "ddp_operator_stacks.pth", tmp_path)
+    path = os.pathsep.join([str(TRAINER_IMAGE), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "STORE": f"file://{tmp_path}/store",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "DDP_PROGRESS_URL": endpoint.url,
+        "DDP_STACK_AFTER": "2",
+        "SPIN": "0",
+    }
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path)],
+            env={**env, "RANK": str(r)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    try:
+        deadline = time.monotonic() + 90
+        while not [g for g in stacks(endpoint.got) if g["stack"]["rank"] == 0]:
+            assert time.monotonic() < deadline, endpoint.got
+            assert all(p.poll() is None for p in ranks), [p.communicate() for p in ranks]
+            time.sleep(0.2)
+        busy = cpu_seconds(ranks[0].pid)
+        time.sleep(1.0)
+        busy = cpu_seconds(ranks[0].pid) - busy
+    finally:
+        for p in ranks:
+            p.kill()
+            p.communicate()
+    assert busy > 0.5, busy  # by its CPU alone, never quiet
+    mine = next(g["stack"] for g in stacks(endpoint.got) if g["stack"]["rank"] == 0)
+    assert mine["collectives"] == [
+        {"group": "default_pg", "entered": 4, "completed": 3, "op": "all_reduce"}
+    ], mine
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -6,14 +6,18 @@ that reports, never from a probe that never passed. Pure."""
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ddp_operator import progress_stacks
 from ddp_operator.decide import culprit, quiet
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.manifests import builders
+from ddp_operator.model import constants as c
 from ddp_operator.model.jobspec import resolve
 from ddp_operator.model.workers import observe
 
@@ -149,3 +153,60 @@ def test_a_quiet_stall_names_the_worker_whose_rank_stood_outside_torch() -> None
     stale = {0: stack(0, waits, 700), 1: stack(1, sleeps, 700)}
     stall, _ = quiet.stalled(JOB, running(), current, None, stale, 0, NOW)
     assert stall is not None and stall.index == -1
+
+
+GPU_STACKS = json.loads(
+    (Path(__file__).parent / "data" / "torch" / "h200-nccl-stacks.json").read_text()
+)
+
+
+def gpu_stack(ago: float, quiet_for: int) -> dict[str, Any]:
+    """Rank 0 on a real H200 (torch 2.11, NCCL, its pod's CPU 100% busy): its watch's stack, the
+    script's own line waiting on the GPU, its recorder in all_reduce #4."""
+    raw = {**GPU_STACKS["posts"][-1]["stack"], "quietSeconds": quiet_for}
+    return {**culprit.normalize(raw, 0, 1, "j-worker-0", NOW), "at": at(ago)}
+
+
+def culprit_stack(ago: float, quiet_for: int) -> dict[str, Any]:
+    """Rank 1, elsewhere in its script, its recorder one collective behind."""
+    raw = {
+        "rank": 1,
+        "frames": ["train.py:40 load_batch"],
+        "collectives": [{"group": "default_pg", "entered": 3, "completed": 3, "op": "all_reduce"}],
+        "quietSeconds": quiet_for,
+    }
+    return {**culprit.normalize(raw, 1, 1, "j-worker-1", NOW), "at": at(ago)}
+
+
+def test_an_nccl_hang_whose_pods_spin_is_found_by_the_ranks_own_stacks() -> None:
+    """Under NCCL a waiting rank spins a core: its pod is never quiet. Every rank's own stack
+    says it stands still, again every resend period: once they have said so for the timeout,
+    the job is stalled and the rank one collective behind is named."""
+    assert all(p["stack"]["collectives"][0]["entered"] == 4 for p in GPU_STACKS["posts"])
+    busy = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=None)}
+    stacks = {0: gpu_stack(5, 76), 1: culprit_stack(10, 70)}
+    stall, _ = quiet.stalled(JOB, running(), busy, None, stacks, 0, NOW)
+    assert stall is not None and (stall.index, stall.node) == (1, busy[1].node)
+    assert stall.message == (
+        "j-worker-1 (rank 1) never joined all_reduce #4 (default_pg): it stood at train.py:40 in "
+        "load_batch; rank 0 waits there at record/train.py:16; every rank has stood still since "
+        f"{at(80)}: in one unfinished collective (its flight recorder) or under 5% of a CPU core "
+        "(stall timeout 60s; the script reports no progress)"
+    )
+    # Said for 40 s only: the timeout is 20 s away by the clock.
+    assert quiet.check(JOB, running(), busy, NOW, {**stacks, 1: culprit_stack(10, 40)}) == (
+        None,
+        pytest.approx(10),
+    )
+    # Past it by the clock, but not yet said: a look again soon, when the next stack comes.
+    late = {0: gpu_stack(40, 41), 1: culprit_stack(40, 41)}
+    assert quiet.check(JOB, running(), busy, NOW, late) == (None, quiet.AGAIN)
+    # A rank whose latest stack is over two periods old moves again; one that never said; one
+    # that said before the group started: none is quiet.
+    for stale in ({**stacks, 1: culprit_stack(61, 70)}, {0: stacks[0]}):
+        assert quiet.check(JOB, running(), busy, NOW, stale) == (None, None)
+    assert quiet.check(JOB, running(since=8), busy, NOW, stacks) == (None, None)
+
+
+def test_a_rank_says_it_is_still_quiet_as_often_as_the_operator_expects() -> None:
+    assert progress_stacks.RESEND == c.STACK_RESEND_SECONDS

@@ -31,9 +31,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_operator.progress import checkpoint, last_checkpoint, report
 
 
-def resume_step(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
+def resume_step(model: torch.nn.Module, opt: torch.optim.Optimizer, device: torch.device) -> int:
     """The step to go on from: the job's last checkpoint where rank 0 can read it (loaded into
-    ``model`` and ``opt``), else 0; every rank gets rank 0's answer."""
+    ``model`` and ``opt``), else 0; every rank gets rank 0's answer (on ``device``: NCCL
+    broadcasts CUDA tensors only)."""
     start = 0
     last = last_checkpoint()
     if dist.get_rank() == 0 and last and last.path and os.path.exists(last.path):
@@ -42,7 +43,7 @@ def resume_step(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
         opt.load_state_dict(state["optimizer"])
         start = last.step
         print(f"RESUMED from step {start} ({last.path})", flush=True)
-    agreed = torch.tensor([start])
+    agreed = torch.tensor([start], device=device)
     dist.broadcast(agreed, 0)
     return int(agreed.item())
 
@@ -69,7 +70,9 @@ def main() -> int:
     ids = [local] if device.type == "cuda" else None
     linear = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(linear.parameters(), lr=0.05)
-    start = resume_step(linear, opt)  # before DDP, which hands rank 0's weights to every rank
+    start = resume_step(
+        linear, opt, device
+    )  # before DDP, which hands rank 0's weights to every rank
     model = DDP(linear.to(device), device_ids=ids)
     loss_fn = torch.nn.MSELoss()
     gap, last, t0 = 0.0, time.monotonic(), time.monotonic()

@@ -17,8 +17,12 @@ A script that never calls ``report`` is watched by its CPU time instead (``autos
 the start of every Python process of the trainer image through a ``.pth`` file): once the
 process has joined a process group, it is quiet while it uses under QUIET_SHARE of a core (a
 rank blocked in a gloo collective, asleep or deadlocked uses 1%; one computing, loading or saving
-uses more), and sends its stack after LEAST_QUIET seconds of it. A rank that calls ``report``
-goes by its calls alone.
+uses more), and sends its stack after LEAST_QUIET seconds of it. A rank whose flight recorder
+says it has stood in one unfinished collective since its last look is quiet too, whatever its
+CPU: an NCCL rank waiting for the others spins a core in CUDA's synchronisation. While the
+spell lasts, it says so again every RESEND seconds (``quietSeconds`` growing): the operator
+counts only a rank that still says so (``decide/quiet``). A rank that calls ``report`` goes by
+its calls alone.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ MAX_FRAME_CHARS = 200
 MAX_GROUPS = 8  # process groups said, the first by id
 MAX_NAME_CHARS = 64
 QUIET_SHARE = 0.05  # of a core, over a poll: as the pod's watch judges (QUIET_PERCENT)
+RESEND = 30.0  # seconds between two stacks of one quiet spell (by CPU)
 URL_ENV = "DDP_PROGRESS_URL"  # as ``progress`` reads it: set in a DDPJob's pods
 _reports = threading.Event()  # this process calls ``report``: its calls say when it is quiet
 
@@ -62,47 +67,75 @@ def frames(thread: threading.Thread) -> list[str]:
 
 
 def _recorded(backend: str) -> dict[str, Any] | None:
-    """torch's flight recorder's dump of ``backend``'s process groups, if this torch has one."""
+    """torch's flight recorder's dump of ``backend``'s process groups (its active collectives
+    and each group's status), if this torch has one: ``_dump_fr_trace_json(..., backend)`` in
+    torch 2.15; in torch 2.11 (seen on a GPU) that name takes no backend, and NCCL's recorder is
+    ``_dump_nccl_trace_json``."""
     import json
 
     c10d = sys.modules.get("torch._C._distributed_c10d")
     dump = getattr(c10d, "_dump_fr_trace_json", None)
     if dump is None:
         return None
-    return json.loads(dump(True, True, backend))
+    try:
+        return json.loads(dump(True, True, backend))
+    except TypeError:  # (an older signature: no backend)
+        if backend == "nccl":
+            dump = getattr(c10d, "_dump_nccl_trace_json", None)
+        return json.loads(dump(True, True)) if dump else None
+
+
+def summarize(dump: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where a rank stands in each process group, from its flight recorder's dump (as JSON, or
+    a dump file's plain data): the sequence number of the last collective it ``entered`` and of
+    the last ``completed``, and the ``op`` of the one entered (``all_reduce``); the first
+    MAX_GROUPS groups by id."""
+    ops: dict[tuple[str, int], str] = {}
+    groups: dict[str, str] = {}
+    for e in dump.get("entries") or ():
+        pg, seq = str(e.get("pg_id")), int(e.get("collective_seq_id") or 0)
+        ops[pg, seq] = str(e.get("profiling_name") or "").split(":")[-1]
+        groups[pg] = str((e.get("process_group") or ["", ""])[-1])
+    for pg, config in (dump.get("pg_config") or {}).items():
+        groups.setdefault(str(pg), str(config.get("desc") or ""))
+    said = []
+    for pg, st in sorted((dump.get("pg_status") or {}).items())[:MAX_GROUPS]:
+        entered = int(st.get("last_enqueued_collective", -1))
+        said.append(
+            {
+                "group": (groups.get(pg) or f"pg {pg}")[:MAX_NAME_CHARS],
+                "entered": entered,
+                "completed": int(st.get("last_completed_collective", -1)),
+                "op": ops.get((pg, entered), "")[:MAX_NAME_CHARS],
+            }
+        )
+    return said
 
 
 def collectives() -> list[dict[str, Any]]:
-    """Where this rank stands in each process group, from torch's flight recorder (recording
-    where ``TORCH_FR_BUFFER_SIZE`` is set, as the operator does): the sequence number of the last
-    collective it ``entered`` and of the last ``completed``, and the ``op`` of the one entered
-    (``all_reduce``). Empty where torch.distributed is not in use here, or its recorder is off
-    or unknown to this torch; never raises (torch is only used if the script imported it)."""
+    """Where this rank stands in each process group (``summarize``), from torch's flight
+    recorder (recording where ``TORCH_FR_BUFFER_SIZE`` is set, as the operator does). Empty
+    where torch.distributed is not in use here, or its recorder is off or unknown to this torch;
+    never raises (torch is only used if the script imported it)."""
     dist = sys.modules.get("torch.distributed")
-    said: dict[str, dict[str, Any]] = {}
+    said: dict[str, dict[str, Any]] = {}  # by group: a group of both backends, NCCL's
     try:
         if dist is None or not dist.is_available() or not dist.is_initialized():
             return []
         names = str(dist.get_backend()).replace(",", ":").split(":")
         for backend in sorted({n for n in names if n in ("gloo", "nccl")}):
-            dump = _recorded(backend) or {}
-            ops: dict[tuple[str, int], str] = {}
-            groups: dict[str, str] = {}
-            for e in dump.get("entries") or ():
-                pg, seq = str(e.get("pg_id")), int(e.get("collective_seq_id") or 0)
-                ops[pg, seq] = str(e.get("profiling_name") or "").split(":")[-1]
-                groups[pg] = str((e.get("process_group") or ["", ""])[-1])
-            for pg, st in sorted((dump.get("pg_status") or {}).items())[:MAX_GROUPS]:
-                entered = int(st.get("last_enqueued_collective", -1))
-                said[pg] = {
-                    "group": (groups.get(pg) or f"pg {pg}")[:MAX_NAME_CHARS],
-                    "entered": entered,
-                    "completed": int(st.get("last_completed_collective", -1)),
-                    "op": ops.get((pg, entered), "")[:MAX_NAME_CHARS],
-                }
+            said.update((c["group"], c) for c in summarize(_recorded(backend) or {}))
     except Exception:  # a torch that dumps otherwise: the stack goes without
         return []
     return list(said.values())[:MAX_GROUPS]
+
+
+def waiting() -> tuple[str, int] | None:
+    """The collective this rank has entered and not completed, as (group, sequence number), by
+    its flight recorder; None where it stands in none, or its recorder does not say."""
+    return next(
+        ((c["group"], c["entered"]) for c in collectives() if c["entered"] > c["completed"]), None
+    )
 
 
 def _in_group() -> bool:
@@ -128,7 +161,8 @@ class StackWatch:
         self.main = threading.main_thread()
         self._called = time.monotonic()
         self._gaps: list[float] = []
-        self._sent = False  # this quiet spell's stack went
+        self._sent: float | None = None  # when this quiet spell's latest stack went
+        self._waited: tuple[str, int] | None = None  # the unfinished collective at the last look
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ddp-stack", daemon=True)
         try:
@@ -145,7 +179,7 @@ class StackWatch:
         now = time.monotonic()
         with self._lock:
             self._gaps = [*self._gaps[-(GAPS - 1) :], now - self._called]
-            self._called, self._sent = now, False
+            self._called, self._sent = now, None
 
     def after(self) -> float:
         """Seconds without a call after which the rank is quiet."""
@@ -160,7 +194,7 @@ class StackWatch:
         """The rank computed (or is no rank yet): its quiet spell, if any, ends."""
         if busy:
             with self._lock:
-                self._called, self._sent = time.monotonic(), False
+                self._called, self._sent = time.monotonic(), None
 
     def _run(self) -> None:
         cpu, at = time.process_time(), time.monotonic()
@@ -170,12 +204,17 @@ class StackWatch:
                 if _reports.is_set():  # the script reports: its own watch says
                     return
                 used, now = time.process_time(), time.monotonic()
-                self._active(used - cpu >= QUIET_SHARE * (now - at) or not _in_group())
+                ranked = _in_group()
+                waits = waiting() if ranked else None
+                stuck, self._waited = waits is not None and waits == self._waited, waits
+                self._active(not ranked or (used - cpu >= QUIET_SHARE * (now - at) and not stuck))
                 cpu, at = used, now
             with self._lock:
-                quiet = time.monotonic() - self._called
-                due = not self._sent and quiet >= self.after()
-                self._sent = self._sent or due
+                now = time.monotonic()
+                quiet = now - self._called
+                again = self.by_cpu and self._sent is not None and now - self._sent >= RESEND
+                due = quiet >= self.after() and (self._sent is None or again)
+                self._sent = now if due else self._sent
             if due:
                 stack = {"rank": self.rank(), "frames": frames(self.main)}
                 if said := collectives():

@@ -15,7 +15,9 @@ of the last write, with ``status.checkpoint``, rather than the interval.
 
 A rank quiet for a while sends where it stands instead (``{"stack": ...}``, any rank: its pod's
 ranks only, ``culprit.normalize``): kept in the job loop's memory for its attempt, never
-written, read by the stall check to name the rank that hung (``culprit``).
+written, read by the stall check to name the rank that hung (``culprit``) and, where a rank's
+pod is busy (NCCL spins), to know it stands still (``quiet``); once every rank has said so, the
+job loop is woken to look.
 """
 
 from __future__ import annotations
@@ -155,14 +157,18 @@ class ProgressDesk:
             metrics.PROGRESS_REPORTS.labels("refused").inc()
             return 409, f"a stack of attempt {payload.get('attempt')}: the job is at {attempt}"
         try:
-            procs = resolve(runner.body).procs_per_node
-            kept = culprit.normalize(payload["stack"], pod.index, procs, pod.name, now)
+            spec = resolve(runner.body)
+            kept = culprit.normalize(
+                payload["stack"], pod.index, spec.procs_per_node, pod.name, now
+            )
         except (culprit.BadStack, SpecError) as exc:
             metrics.PROGRESS_REPORTS.labels("invalid").inc()
             return 400, f"bad stack: {exc}"
         if runner.stacks_attempt != attempt:
             runner.stacks, runner.stacks_attempt = {}, attempt
         runner.stacks[kept["rank"]] = kept
+        if len(runner.stacks) >= spec.world_size:  # every rank has said: the loop looks
+            runner.poke()
         metrics.PROGRESS_REPORTS.labels("accepted").inc()
         return 202, "taken"
 

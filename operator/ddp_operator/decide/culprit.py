@@ -29,6 +29,7 @@ MAX_RANK = 1 << 20
 MAX_GROUPS = 8
 MAX_NAME_CHARS = 64
 MAX_SEQ = 1 << 62
+MAX_QUIET = 1 << 31  # seconds
 
 
 class BadStack(ValueError):
@@ -46,7 +47,8 @@ class Culprit:
 
 
 def normalize(raw: Any, worker: int, procs: int, pod: str, now: datetime) -> dict[str, Any]:
-    """A stack report as kept: ``{"rank", "worker", "pod", "frames", "at"}``; raises BadStack.
+    """A stack report as kept: ``{"rank", "worker", "pod", "frames", "at", "quietSeconds"}``
+    (and ``collectives``); raises BadStack.
     ``worker``, ``procs``: the sender pod's index and processes per pod (its ranks)."""
     if not isinstance(raw, Mapping):
         raise BadStack("stack must be an object")
@@ -60,6 +62,10 @@ def normalize(raw: Any, worker: int, procs: int, pod: str, now: datetime) -> dic
     kept = [f[:MAX_FRAME_CHARS] for f in frames[-MAX_FRAMES:]]
     at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     stack = {"rank": rank, "worker": worker, "pod": pod, "frames": kept, "at": at}
+    quiet = raw.get("quietSeconds", 0)
+    if not isinstance(quiet, int | float) or isinstance(quiet, bool) or not 0 <= quiet < MAX_QUIET:
+        raise BadStack(f"stack.quietSeconds must be seconds, not {quiet!r}")
+    stack["quietSeconds"] = int(quiet)
     if (said := raw.get("collectives")) is not None:
         stack["collectives"] = _collectives(said)
     return stack
@@ -126,9 +132,13 @@ def unknown(frames: list[str]) -> bool:
     return not frames or frames[-1].split(":")[0].endswith("threading.py")
 
 
-def waits(frames: list[str]) -> bool:
-    """Whether a rank stands where it waits for the others (its innermost frame)."""
-    return bool(frames) and frames[-1].startswith(WAITS_IN)
+def waits(stack: Mapping[str, Any]) -> bool:
+    """Whether a rank stands where it waits for the others: its innermost frame, or its flight
+    recorder (a collective entered and not completed: under NCCL the script's own line, a
+    ``.item()`` say, waits on the GPU for it; seen on an H200)."""
+    frames = stack.get("frames") or []
+    in_one = any(c["entered"] > c["completed"] for c in stack.get("collectives") or ())
+    return in_one or (bool(frames) and frames[-1].startswith(WAITS_IN))
 
 
 def _caller(frames: list[str]) -> str | None:
@@ -155,7 +165,7 @@ def named(stacks: Mapping[int, Mapping[str, Any]], since: datetime | None) -> Cu
         if not unknown(s.get("frames") or [])
         and (since is None or ((t := parse_time(s.get("at"))) is not None and t >= since))
     }
-    waiting = {r: s for r, s in fresh.items() if waits(s["frames"])}
+    waiting = {r: s for r, s in fresh.items() if waits(s)}
     outside = {r: s for r, s in fresh.items() if r not in waiting}
     if not waiting or not outside or len({s["worker"] for s in outside.values()}) != 1:
         return None

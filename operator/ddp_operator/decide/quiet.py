@@ -16,9 +16,12 @@ spells' starts and the group's start. How the signal behaves:
   pod (a DataLoader's workers count): not quiet. A save to slow storage that waits on I/O for
   the whole stall timeout, with no process computing, is taken for a hang: such a script can
   say its phase (``progress.report(phase="checkpoint")``), or the job set a longer timeout;
-* an NCCL job whose ranks wait in a collective spin a core each (CUDA's synchronisation): not
-  quiet. There the NCCL watchdog (``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``, set to the stall
-  timeout: ``manifests/watchdogs``) ends the collective, a failure like any other;
+* an NCCL job whose ranks wait in a collective spin a core each (CUDA's synchronisation; on
+  an H200, 100% of a core): its pod is not quiet. Each rank says so itself instead: its flight
+  recorder shows it in one unfinished collective, and its stack says since when, again every
+  STACK_RESEND_SECONDS while it lasts (``progress_stacks``). A worker all of whose ranks still
+  say so (the latest within two of those periods) is quiet since the latest of their spells, as
+  far as their latest stacks say: the stall is found at most one period after its timeout;
 * a pod that never computed (``sleep infinity``) is never quiet.
 
 The worker that hung is named as for a script that reports (``culprit``): in the trainer image,
@@ -43,6 +46,8 @@ from .conditions import condition, parse_time
 from .failure_facts import WorkerFailure
 from .hangs import blamed
 from .hangs import check as steps_stalled
+
+AGAIN = 5.0  # seconds: a look again while the ranks' stacks have yet to say the timeout passed
 
 
 def stalled(
@@ -74,29 +79,59 @@ def check(
     stacks: Mapping[int, Mapping[str, Any]] = MappingProxyType({}),
 ) -> tuple[WorkerFailure | None, float | None]:
     """(the stall of a job whose script has not reported in the attempt, if every worker has
-    been quiet for the stall timeout; else seconds until it would be, or None while some worker
-    is not quiet: its pod's next change wakes the job). Its ranks' stacks count from the group's
-    start: by then each rank has been quiet long enough to have sent its latest."""
+    been quiet for the stall timeout, by its pod's watch or its ranks' own stacks; else seconds
+    until it would be, or None while some worker is not quiet: its pod's next change, or a
+    rank's next stack, wakes the job). Its ranks' stacks count from the group's start: by then
+    each rank has been quiet long enough to have sent its latest."""
     if not job.stall_detection.enabled or status.get("replacing"):
         return None, None
     running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
     if running.get("status") != "True" or len(current) < job.nodes:
         return None, None
-    spells = [parse_time(p.quiet_since) for p in current.values() if p.in_place]
-    if len(spells) < len(current) or any(t is None for t in spells):
-        return None, None
-    since = max(
-        [t for t in spells if t is not None]
-        + [parse_time(running.get("lastTransitionTime")) or now]
-    )
-    limit = job.stall_detection.timeout_seconds or CEILING
-    left = (since + timedelta(seconds=limit) - now).total_seconds()
-    if left > 0:
-        return None, left
-    message = (
-        f"no process of any worker has used {c.QUIET_PERCENT}% of a CPU core since "
-        f"{since.strftime('%Y-%m-%dT%H:%M:%SZ')} (stall timeout {limit}s; the script reports no "
-        "progress)"
-    )
     started = parse_time(running.get("lastTransitionTime"))
+    by_pod = {i: parse_time(p.quiet_since) for i, p in current.items() if p.in_place}
+    spells = [
+        (t, now) if (t := by_pod.get(i)) else _still(stacks, i, job.procs_per_node, started, now)
+        for i in current
+    ]
+    if any(s is None for s in spells):
+        return None, None
+    since = max([s[0] for s in spells if s is not None] + [started or now])
+    told = min(s[1] for s in spells if s is not None)  # quiet as far as all have said
+    limit = job.stall_detection.timeout_seconds or CEILING
+    if (told - since).total_seconds() < limit:  # past the clock: a rank's next stack says it
+        left = (since + timedelta(seconds=limit) - now).total_seconds()
+        return None, left if left > 0 else AGAIN
+    at = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if all(by_pod.get(i) for i in current):
+        message = f"no process of any worker has used {c.QUIET_PERCENT}% of a CPU core since {at}"
+    else:
+        message = (
+            f"every rank has stood still since {at}: in one unfinished collective (its flight "
+            f"recorder) or under {c.QUIET_PERCENT}% of a CPU core"
+        )
+    message += f" (stall timeout {limit}s; the script reports no progress)"
     return blamed(culprit.named(stacks, started), message), None
+
+
+def _still(
+    stacks: Mapping[int, Mapping[str, Any]],
+    worker: int,
+    procs: int,
+    started: datetime | None,
+    now: datetime,
+) -> tuple[datetime, datetime] | None:
+    """(since when, until when) every rank of ``worker`` has stood still by its own stacks: each
+    rank's latest, sent after the group started and within two resend periods, says since when
+    it is quiet; None where a rank has not said so."""
+    mine = [s for s in stacks.values() if s.get("worker") == worker]
+    fresh = now - timedelta(seconds=2 * c.STACK_RESEND_SECONDS)
+    spells = []
+    for s in mine:
+        at = parse_time(s.get("at"))
+        if at is None or at < fresh or (started is not None and at < started):
+            return None
+        spells.append((at - timedelta(seconds=int(s.get("quietSeconds") or 0)), at))
+    if not spells or len(mine) < procs:
+        return None
+    return max(t for t, _ in spells), min(at for _, at in spells)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec, SpecError
-from . import job_configmap, termination, worker_env
+from . import job_configmap, termination, watchdogs, worker_env
 from .inplace_pod import make_in_place
 from .names import master_addr as master_addr  # the names' builders, for builders' callers
 from .names import worker_host as worker_host
@@ -194,6 +194,7 @@ def build_worker_pod(
     _add_resources(trainer, job)
     termination.add(trainer)
     _add_shm(pod_spec, trainer, job)
+    watchdogs.add_dump_volume(pod_spec, trainer, job)
     _add_hccl_ports(pod_spec, job)
     _add_node_lost_tolerations(pod_spec)
 

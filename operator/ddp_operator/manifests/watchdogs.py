@@ -16,7 +16,13 @@ deprecated. torch logs the values it took at INFO
 watchdog variables: its collectives time out after ``init_process_group(timeout=)``, 30 minutes
 by default, and the operator's stall detection is the guard. Its process groups record into the
 flight recorder too (torch 2.11+, ``TORCH_FR_BUFFER_SIZE`` alone: the old name would only warn),
-which ``progress_stacks`` reads when a rank hangs, to name the collective it never joined."""
+which ``progress_stacks`` reads when a rank hangs, to name the collective it never joined.
+
+Where an NCCL rank's dump goes (``TORCH_FR_DUMP_TEMP_FILE``, a prefix torch ends with the rank):
+DUMP_DIR, an emptyDir of the pod (``add_dump_volume``), so that the dumps outlive the trainer
+container, and an in-place restart, for ``torchfrtrace`` (``kubectl cp``); a recreated pod
+starts with none. torch's default is inside the container, lost with it. A template that names
+a dump path (either name) keeps it, and gets no volume."""
 
 from __future__ import annotations
 
@@ -28,16 +34,43 @@ from ..model.stall_detection import CEILING
 
 BUFFER = "2000"  # collectives the flight recorder keeps (torch 2.11+'s default)
 BUFFER_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # new, old
+DUMP_NAMES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # new (2.8+), old
+DUMP_VOLUME = "ddp-flight-recorder"
+DUMP_DIR = "/ddp-flight-recorder"
+DUMP_PREFIX = f"{DUMP_DIR}/nccl_trace_rank_"  # torch's own file name, for torchfrtrace's -p
 
 
-def _buffer(template: Any) -> str:
-    """The template's buffer size under either name (the new first), else BUFFER."""
-    env = {
+def _env(template: Any) -> dict[str, Any]:
+    return {
         e.get("name"): e.get("value")
         for ct in ((template or {}).get("spec") or {}).get("containers") or ()
         for e in ct.get("env") or ()
     }
+
+
+def _buffer(template: Any) -> str:
+    """The template's buffer size under either name (the new first), else BUFFER."""
+    env = _env(template)
     return next((str(env[n]) for n in BUFFER_NAMES if env.get(n) is not None), BUFFER)
+
+
+def keeps_dumps(job: JobSpec) -> bool:
+    """Whether the job's NCCL ranks dump to DUMP_DIR: stall detection on, and no dump path of
+    the template's own."""
+    named = _env(job.template).keys()
+    return (
+        job.backend == c.BACKEND_NCCL
+        and job.stall_detection.enabled
+        and not any(n in named for n in DUMP_NAMES)
+    )
+
+
+def add_dump_volume(pod_spec: dict[str, Any], trainer: dict[str, Any], job: JobSpec) -> None:
+    """Mount DUMP_DIR, an emptyDir, into the trainer where its ranks dump there."""
+    if not keeps_dumps(job):
+        return
+    pod_spec.setdefault("volumes", []).append({"name": DUMP_VOLUME, "emptyDir": {}})
+    trainer.setdefault("volumeMounts", []).append({"name": DUMP_VOLUME, "mountPath": DUMP_DIR})
 
 
 def env(job: JobSpec) -> list[tuple[str, str]]:
@@ -56,4 +89,5 @@ def env(job: JobSpec) -> list[tuple[str, str]]:
         ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", str(heartbeat)),
         ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
         *((name, _buffer(job.template)) for name in BUFFER_NAMES),
+        *([(DUMP_NAMES[0], DUMP_PREFIX)] if keeps_dumps(job) else []),
     ]

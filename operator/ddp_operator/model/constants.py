@@ -198,6 +198,9 @@ ACTIVITY_VOLUME = "ddp-activity"
 QUIET_WINDOW_SECONDS = 10
 QUIET_PERCENT = 5
 QUIET_PROBE_SECONDS = 10
+# A quiet rank says where it stands again every STACK_RESEND_SECONDS while its spell lasts
+# (``progress_stacks.RESEND``): a rank's latest stack older than two of them is no longer quiet.
+STACK_RESEND_SECONDS = 30
 # An in-place pod whose trainer ended, told nothing for this long, ends alone (``inplace_pod``).
 RELEASE_AFTER_SECONDS = 300
 WATCH_LACKS_EXIT_CODE = 127  # the watch found no command it needs in the trainer's image
