@@ -141,7 +141,9 @@ def test_user_shm_mount_is_respected() -> None:
         }
     }
     pod = builders.build_worker_pod(job(template=template), 0)
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["s"]
+    assert [v["name"] for v in pod["spec"]["volumes"] if v["name"] != "ddp-flight-recorder"] == [
+        "s"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -238,18 +240,20 @@ def test_nccl_jobs_get_pytorch_s_watchdogs_consistent_with_stall_detection() -> 
     assert theirs["TORCH_FR_BUFFER_SIZE"] == theirs["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "5000"
 
 
-def test_an_nccl_rank_s_flight_recorder_dump_outlives_its_container() -> None:
-    """On a collective's timeout each NCCL rank dumps its flight recorder (seen on an H200:
-    1.5 KB for 4 collectives) to the pod's own emptyDir, kept across an in-place restart; a
-    template's own dump path is kept, with no volume; gloo (no dump on timeout) gets none."""
+def test_a_rank_s_flight_recorder_dump_outlives_its_container() -> None:
+    """A rank's flight-recorder dump (NCCL's on a collective's timeout, seen on an H200: 1.5 KB
+    for 4 collectives; a quiet rank's own, ``progress_stacks.keep_dump``) goes to the pod's own
+    emptyDir, kept across an in-place restart; a template's own dump path is kept, with no
+    volume; a job without stall detection gets none."""
     gpu = {"resource": "nvidia.com/gpu", "perNode": 8}
-    j = job(accelerator=gpu)
-    pod = builders.build_worker_pod(j, 0, in_place=True)
-    assert env_of(pod, j)["TORCH_FR_DUMP_TEMP_FILE"] == "/ddp-flight-recorder/nccl_trace_rank_"
-    assert {"name": "ddp-flight-recorder", "emptyDir": {}} in pod["spec"]["volumes"]
-    trainer = pod["spec"]["containers"][0]
-    mount = {"name": "ddp-flight-recorder", "mountPath": "/ddp-flight-recorder"}
-    assert mount in trainer["volumeMounts"]
+    for j in (job(accelerator=gpu), job()):  # NCCL, gloo
+        pod = builders.build_worker_pod(j, 0, in_place=True)
+        prefix = env_of(pod, j)["TORCH_FR_DUMP_TEMP_FILE"]
+        assert prefix == "/ddp-flight-recorder/comm_lib_trace_rank_"
+        assert {"name": "ddp-flight-recorder", "emptyDir": {}} in pod["spec"]["volumes"]
+        trainer = pod["spec"]["containers"][0]
+        mount = {"name": "ddp-flight-recorder", "mountPath": "/ddp-flight-recorder"}
+        assert mount in trainer["volumeMounts"]
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         own = {"name": "trainer", "image": "t", "env": [{"name": name, "value": "/data/fr_"}]}
         mine = job(accelerator=gpu, template={"spec": {"containers": [own]}})
@@ -257,8 +261,11 @@ def test_an_nccl_rank_s_flight_recorder_dump_outlives_its_container() -> None:
         env = env_of(pod, mine)
         assert env[name] == "/data/fr_" and len([k for k in env if "_TEMP_FILE" in k]) == 1
         assert "ddp-flight-recorder" not in str(pod["spec"])
-    for other in (job(), job(accelerator=gpu, stallDetection={"enabled": False})):
-        assert "ddp-flight-recorder" not in str(builders.build_worker_pod(other, 0))
+    for off in (
+        job(stallDetection={"enabled": False}),
+        job(accelerator=gpu, stallDetection={"enabled": False}),
+    ):
+        assert "ddp-flight-recorder" not in str(builders.build_worker_pod(off, 0))
 
 
 def test_the_trainer_leaves_its_last_lines_as_its_termination_message() -> None:

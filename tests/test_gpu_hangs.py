@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import plain_pickle
 import pytest
+
+from ddp_operator import progress_stacks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.torch]
 
@@ -82,6 +85,7 @@ def test_an_nccl_rank_stuck_behind_a_kernel_says_where_it_waits(tmp_path: Path) 
         "TORCH_FR_BUFFER_SIZE": "2000",
         "DDP_PROGRESS_URL": f"http://127.0.0.1:{endpoint.server_address[1]}/progress",
         "DDP_ATTEMPT": "0",
+        "TORCH_FR_DUMP_TEMP_FILE": f"{tmp_path}/comm_lib_trace_rank_",
     }
     rank = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path)], env=env, stderr=subprocess.PIPE, text=True
@@ -106,3 +110,6 @@ def test_an_nccl_rank_stuck_behind_a_kernel_says_where_it_waits(tmp_path: Path) 
     ], stack
     assert stack["frames"][-1] == f"{tmp_path.name}/train.py:16 <module>", stack
     assert stack["quietSeconds"] >= 15
+    # With it, its recorder's dump, kept where torch writes one on a timeout: the same facts.
+    dumped = plain_pickle.load((tmp_path / "comm_lib_trace_rank_0").read_bytes())
+    assert progress_stacks.summarize(dumped) == stack["collectives"], dumped

@@ -102,7 +102,7 @@ def test_a_stall_names_the_rank_that_never_joined_the_collective(
 
 
 UNMODIFIED_HANGS_ON_ATTEMPT_0 = """
-import os, time
+import os, pickle, time
 import torch
 import torch.distributed as dist
 
@@ -117,6 +117,10 @@ for step in range(1, 61):
     dist.all_reduce(torch.ones(1))
     time.sleep(0.05)
 print("TRAINED", flush=True)
+for f in sorted(os.listdir("/ddp-flight-recorder")):  # what the last attempt left (in its pod)
+    if f.startswith("comm_lib_trace_rank_"):
+        st = pickle.load(open("/ddp-flight-recorder/" + f, "rb"))["pg_status"]["0"]
+        print("KEPT", f, st["last_enqueued_collective"])
 """
 
 
@@ -150,3 +154,14 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
     assert status["firstFailure"]["worker"] == 1 and status["firstFailure"]["node"], status
     assert not status.get("progress"), status  # it never reported
+    # Each quiet rank of attempt 0 wrote its flight recorder's dump to its pod's volume, which
+    # the in-place restart kept: attempt 1 finds it there (read in the tenant's own pod: a dump
+    # is a pickle). Rank 1 never entered all_reduce #30; rank 0 entered it, and waited.
+    for worker, kept in (
+        (0, "KEPT comm_lib_trace_rank_0 30"),
+        (1, "KEPT comm_lib_trace_rank_1 29"),
+    ):
+        log = cluster.core.read_namespaced_pod_log(
+            f"{name}-worker-{worker}", ns, container="trainer"
+        )
+        assert kept in log.splitlines(), log[-2000:]

@@ -70,8 +70,9 @@ def test_a_pod_carries_its_own_values_and_the_common_ones_come_from_one_configma
         "VC_TASK_INDEX",
         c.ENV_HOSTS,
     ]
-    # Defaults last, each hidden by a template entry as before: a gloo job's flight recorder.
-    assert inline[-2:] == ["PYTHONUNBUFFERED", "TORCH_FR_BUFFER_SIZE"]
+    # Defaults last, each hidden by a template entry as before: a gloo job's flight recorder
+    # (its buffer, where its dumps go).
+    assert inline[-3:] == ["PYTHONUNBUFFERED", "TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"]
     (ours,) = trainer["envFrom"]
     assert ours == {"configMapRef": {"name": worker_env.name(j)}}
     assert worker_env.name(j).startswith("train-ddp-common-")

@@ -17,12 +17,14 @@ A script that never calls ``report`` is watched by its CPU time instead (``autos
 the start of every Python process of the trainer image through a ``.pth`` file): once the
 process has joined a process group, it is quiet while it uses under QUIET_SHARE of a core (a
 rank blocked in a gloo collective, asleep or deadlocked uses 1%; one computing, loading or saving
-uses more), and sends its stack after LEAST_QUIET seconds of it. A rank whose flight recorder
-says it has stood in one unfinished collective since its last look is quiet too, whatever its
-CPU: an NCCL rank waiting for the others spins a core in CUDA's synchronisation. While the
+uses more), and sends its stack after LEAST_QUIET seconds of it. Its flight recorder counts
+too: a rank that began or ended a collective since its last look moves; one that has stood in
+one unfinished collective since is quiet whatever its CPU (an NCCL rank waiting for the others
+spins a core in CUDA's synchronisation). While the
 spell lasts, it says so again every RESEND seconds (``quietSeconds`` growing): the operator
-counts only a rank that still says so (``decide/quiet``). A rank that calls ``report`` goes by
-its calls alone.
+counts only a rank that still says so (``decide/quiet``). With its first stack of a spell, it
+writes its recorder's dump where torch would on a timeout (``keep_dump``), for ``torchfrtrace``.
+A rank that calls ``report`` goes by its calls alone.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ MAX_NAME_CHARS = 64
 QUIET_SHARE = 0.05  # of a core, over a poll: as the pod's watch judges (QUIET_PERCENT)
 RESEND = 30.0  # seconds between two stacks of one quiet spell (by CPU)
 URL_ENV = "DDP_PROGRESS_URL"  # as ``progress`` reads it: set in a DDPJob's pods
+DUMP_ENV = "TORCH_FR_DUMP_TEMP_FILE"  # where torch writes a rank's dump: a prefix, the rank after
 _reports = threading.Event()  # this process calls ``report``: its calls say when it is quiet
 
 
@@ -130,12 +133,44 @@ def collectives() -> list[dict[str, Any]]:
     return list(said.values())[:MAX_GROUPS]
 
 
-def waiting() -> tuple[str, int] | None:
-    """The collective this rank has entered and not completed, as (group, sequence number), by
-    its flight recorder; None where it stands in none, or its recorder does not say."""
-    return next(
-        ((c["group"], c["entered"]) for c in collectives() if c["entered"] > c["completed"]), None
-    )
+def _dump(backend: str) -> bytes | None:
+    """torch's flight recorder's whole dump of ``backend``'s process groups, pickled as torch
+    writes it on a timeout (``_dump_fr_trace`` in torch 2.15, NCCL's ``_dump_nccl_trace`` in
+    2.11); None where this torch has neither."""
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    try:
+        return bytes(c10d._dump_fr_trace(True, True, False, backend))  # type: ignore[union-attr]
+    except (AttributeError, TypeError):
+        dump = getattr(c10d, "_dump_nccl_trace", None) if backend == "nccl" else None
+        return bytes(dump(True, True, False)) if dump else None
+
+
+def keep_dump(rank: int) -> None:
+    """Write this rank's flight-recorder dump where torch writes it on a timeout
+    (``DUMP_ENV`` and the rank; the operator mounts a volume there that outlives an in-place
+    restart), as a quiet rank: gloo dumps nothing on a timeout, and a stall ends an NCCL hang
+    before its timeout. Nothing where the variable is unset; never raises."""
+    prefix = os.environ.get(DUMP_ENV)
+    dist = sys.modules.get("torch.distributed")
+    if not prefix or dist is None:
+        return
+    try:
+        names = str(dist.get_backend()).replace(",", ":").split(":")
+        data = _dump("nccl" if "nccl" in names else "gloo")
+        if data:
+            path = f"{prefix}{rank}"
+            part = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.part")
+            with open(part, "wb") as f:  # (not under the prefix: torchfrtrace reads those)
+                f.write(data)
+            os.replace(part, path)
+    except Exception:  # (a full disk, a torch that dumps otherwise: the stack goes anyway)
+        return
+
+
+def standing() -> tuple[tuple[str, int, int], ...]:
+    """Where this rank stands in its collectives, by its flight recorder: (group, entered,
+    completed) for each group; empty where its recorder does not say."""
+    return tuple((c["group"], c["entered"], c["completed"]) for c in collectives())
 
 
 def _in_group() -> bool:
@@ -162,7 +197,7 @@ class StackWatch:
         self._called = time.monotonic()
         self._gaps: list[float] = []
         self._sent: float | None = None  # when this quiet spell's latest stack went
-        self._waited: tuple[str, int] | None = None  # the unfinished collective at the last look
+        self._stood: tuple[tuple[str, int, int], ...] | None = None  # ``standing`` at the last look
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ddp-stack", daemon=True)
         try:
@@ -205,20 +240,26 @@ class StackWatch:
                     return
                 used, now = time.process_time(), time.monotonic()
                 ranked = _in_group()
-                waits = waiting() if ranked else None
-                stuck, self._waited = waits is not None and waits == self._waited, waits
-                self._active(not ranked or (used - cpu >= QUIET_SHARE * (now - at) and not stuck))
+                stands = standing() if ranked else None
+                moved, self._stood = stands != self._stood, stands  # a collective began or ended
+                stuck = any(entered > completed for _, entered, completed in stands or ())
+                busy = used - cpu >= QUIET_SHARE * (now - at)
+                self._active(not ranked or moved or (busy and not stuck))
                 cpu, at = used, now
             with self._lock:
                 now = time.monotonic()
                 quiet = now - self._called
-                again = self.by_cpu and self._sent is not None and now - self._sent >= RESEND
-                due = quiet >= self.after() and (self._sent is None or again)
+                first = self._sent is None
+                again = self.by_cpu and not first and now - (self._sent or now) >= RESEND
+                due = quiet >= self.after() and (first or again)
                 self._sent = now if due else self._sent
             if due:
-                stack = {"rank": self.rank(), "frames": frames(self.main)}
+                rank = self.rank()
+                stack = {"rank": rank, "frames": frames(self.main)}
                 if said := collectives():
                     stack["collectives"] = said
+                    if first:
+                        keep_dump(rank)
                 self.send({"stack": {**stack, "quietSeconds": round(quiet)}})
                 cpu, at = time.process_time(), time.monotonic()  # its own sending is no work
 

@@ -18,11 +18,13 @@ by default, and the operator's stall detection is the guard. Its process groups 
 flight recorder too (torch 2.11+, ``TORCH_FR_BUFFER_SIZE`` alone: the old name would only warn),
 which ``progress_stacks`` reads when a rank hangs, to name the collective it never joined.
 
-Where an NCCL rank's dump goes (``TORCH_FR_DUMP_TEMP_FILE``, a prefix torch ends with the rank):
+Where a rank's dump goes (``TORCH_FR_DUMP_TEMP_FILE``, a prefix torch ends with the rank):
 DUMP_DIR, an emptyDir of the pod (``add_dump_volume``), so that the dumps outlive the trainer
 container, and an in-place restart, for ``torchfrtrace`` (``kubectl cp``); a recreated pod
-starts with none. torch's default is inside the container, lost with it. A template that names
-a dump path (either name) keeps it, and gets no volume."""
+starts with none. torch's default is inside the container, lost with it. NCCL writes there on a
+collective's timeout; a quiet rank's watch writes there too (``progress_stacks.keep_dump``: gloo
+dumps nothing on a timeout, and a stall comes before NCCL's). A template that names a dump path
+(either name) keeps it, and gets no volume."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ BUFFER_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # new, 
 DUMP_NAMES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # new (2.8+), old
 DUMP_VOLUME = "ddp-flight-recorder"
 DUMP_DIR = "/ddp-flight-recorder"
-DUMP_PREFIX = f"{DUMP_DIR}/nccl_trace_rank_"  # torch's own file name, for torchfrtrace's -p
+DUMP_PREFIX = f"{DUMP_DIR}/comm_lib_trace_rank_"  # torch's own name (2.9+), for torchfrtrace -p
 
 
 def _env(template: Any) -> dict[str, Any]:
@@ -55,11 +57,11 @@ def _buffer(template: Any) -> str:
 
 
 def keeps_dumps(job: JobSpec) -> bool:
-    """Whether the job's NCCL ranks dump to DUMP_DIR: stall detection on, and no dump path of
-    the template's own."""
+    """Whether the job's ranks dump to DUMP_DIR: NCCL or gloo, stall detection on, and no dump
+    path of the template's own."""
     named = _env(job.template).keys()
     return (
-        job.backend == c.BACKEND_NCCL
+        job.backend in (c.BACKEND_NCCL, c.BACKEND_GLOO)
         and job.stall_detection.enabled
         and not any(n in named for n in DUMP_NAMES)
     )
@@ -78,8 +80,9 @@ def env(job: JobSpec) -> list[tuple[str, str]]:
     a gloo one; none otherwise."""
     if not job.stall_detection.enabled:
         return []
+    dump = [(DUMP_NAMES[0], DUMP_PREFIX)] if keeps_dumps(job) else []
     if job.backend == c.BACKEND_GLOO:
-        return [(BUFFER_NAMES[0], _buffer(job.template))]
+        return [(BUFFER_NAMES[0], _buffer(job.template)), *dump]
     if job.backend != c.BACKEND_NCCL:
         return []
     heartbeat = job.stall_detection.timeout_seconds or CEILING
@@ -89,5 +92,5 @@ def env(job: JobSpec) -> list[tuple[str, str]]:
         ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", str(heartbeat)),
         ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
         *((name, _buffer(job.template)) for name in BUFFER_NAMES),
-        *([(DUMP_NAMES[0], DUMP_PREFIX)] if keeps_dumps(job) else []),
+        *dump,
     ]
