@@ -5,7 +5,7 @@ collective is named; a script that never reports is caught from its processes' C
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -119,8 +119,9 @@ for step in range(1, 61):
 print("TRAINED", flush=True)
 for f in sorted(os.listdir("/ddp-flight-recorder")):  # what the last attempt left (in its pod)
     if f.startswith("comm_lib_trace_rank_"):
-        st = pickle.load(open("/ddp-flight-recorder/" + f, "rb"))["pg_status"]["0"]
-        print("KEPT", f, st["last_enqueued_collective"])
+        d = pickle.load(open("/ddp-flight-recorder/" + f, "rb"))
+        at = d["entries"][-1]["time_created_ns"]  # (its last collective: when it went quiet)
+        print("KEPT", f, d["pg_status"]["0"]["last_enqueued_collective"], at)
 """
 
 
@@ -145,23 +146,31 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     ), cond
     began = datetime.fromisoformat(jobs.condition(running, "Running")["lastTransitionTime"])
     caught = datetime.fromisoformat(cond["lastTransitionTime"])
-    # Started, trained 30 steps (a few seconds), then: a window or two for the watch to find
-    # the group quiet, a probe period for its readiness to say it, the timeout, a pass.
-    bound = 30 + 2 * c.QUIET_WINDOW_SECONDS + c.QUIET_PROBE_SECONDS + 30
-    assert 30 < (caught - began).total_seconds() <= bound, (began, caught, cond)
+    assert (caught - began).total_seconds() > 30, (began, caught, cond)
     done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
+    # Each quiet rank of attempt 0 wrote its flight recorder's dump to its pod's volume, which
+    # the in-place restart kept: attempt 1 finds it there (read in the tenant's own pod: a dump
+    # is a pickle). Rank 1 never entered all_reduce #30; rank 0 entered it, and waited.
+    kept = {}
+    for worker, entered in ((0, 30), (1, 29)):
+        log = cluster.core.read_namespaced_pod_log(
+            f"{name}-worker-{worker}", ns, container="trainer"
+        )
+        said = [line.split() for line in log.splitlines() if line.startswith("KEPT ")]
+        assert [w[1:3] for w in said] == [[f"comm_lib_trace_rank_{worker}", str(entered)]], log
+        kept[worker] = datetime.fromtimestamp(int(said[0][3]) / 1e9, UTC)
+    # From the hang (rank 1's last collective, by its dump: how long the 29 steps before it
+    # took is the machine's): a window or two for the watch to find the group quiet, a probe
+    # period for its readiness to say it, the timeout, a pass.
+    bound = 2 * c.QUIET_WINDOW_SECONDS + c.QUIET_PROBE_SECONDS + 30 + 30
+    assert 30 < (caught - kept[1]).total_seconds() <= bound, (kept, caught, cond)
+    print(
+        "from the hang",
+        (caught - kept[1]).total_seconds(),
+        "from Running",
+        (caught - began).total_seconds(),
+    )
     status = done["status"]
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
     assert status["firstFailure"]["worker"] == 1 and status["firstFailure"]["node"], status
     assert not status.get("progress"), status  # it never reported
-    # Each quiet rank of attempt 0 wrote its flight recorder's dump to its pod's volume, which
-    # the in-place restart kept: attempt 1 finds it there (read in the tenant's own pod: a dump
-    # is a pickle). Rank 1 never entered all_reduce #30; rank 0 entered it, and waited.
-    for worker, kept in (
-        (0, "KEPT comm_lib_trace_rank_0 30"),
-        (1, "KEPT comm_lib_trace_rank_1 29"),
-    ):
-        log = cluster.core.read_namespaced_pod_log(
-            f"{name}-worker-{worker}", ns, container="trainer"
-        )
-        assert kept in log.splitlines(), log[-2000:]
