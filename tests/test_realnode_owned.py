@@ -56,17 +56,25 @@ def test_a_deleted_network_policy_is_back_within_seconds_and_isolates_again(
     assert done["status"]["restarts"] == 0, done["status"]
 
 
+CRASH_WHEN_TOLD = "while [ ! -e /tmp/crash ]; do sleep 0.2; done; echo crash"
+
+
 def test_an_in_place_restart_after_the_configmap_was_deleted_gives_every_process_its_attempt(
     cluster: Cluster, namespace: str, operator, images: dict[str, str]
 ) -> None:
     """The job's ConfigMap (where an in-place pod's containers take DDP_ATTEMPT from as they
     start) deleted while the group runs: back at once, and the in-place restart that follows
-    gives attempt 1 to every process."""
+    gives attempt 1 to every process. Worker 1 fails only once told, after the ConfigMap is
+    back: a restart writes that ConfigMap itself (creating it if it went), and one that began
+    first would have put it back with no ObjectsRestored (run 41: its planned failure, 3 s after
+    it started, came before the deletion, the cores busy)."""
+    told = SCRIPT.replace("sleep 3; echo crash", CRASH_WHEN_TOLD)
+    assert told != SCRIPT
     job = shell_job(
         "cm",
         namespace,
         images["trainer"],
-        SCRIPT,
+        told,
         procsPerNode=2,
         backoffLimit=2,
         restartStrategy="InPlace",
@@ -83,6 +91,19 @@ def test_an_in_place_restart_after_the_configmap_was_deleted_gives_every_process
     cluster.core.delete_namespaced_config_map("cm-ddp-env", namespace)
     restored = jobs.wait_event(cluster, namespace, "cm", "ObjectsRestored")
     assert any("ConfigMap cm-ddp-env" in e["message"] for e in restored), restored
+    tell = (
+        "exec",
+        "-n",
+        namespace,
+        "cm-worker-1",
+        "-c",
+        "trainer",
+        "--",
+        "sh",
+        "-c",
+        ": >/tmp/crash",
+    )
+    wait_for(lambda: cluster.kubectl(*tell, check=False).returncode == 0, what="worker 1 told")
     done = jobs.wait_phase(cluster, namespace, "cm", "Succeeded", timeout=300)
     assert done["status"]["restarts"] == 1, done["status"]
     logs = kubectl_ddp(cluster, "logs", "cm", "-n", namespace)
