@@ -261,6 +261,12 @@ def test_a_rank_s_flight_recorder_dump_outlives_its_container() -> None:
         env = env_of(pod, mine)
         assert env[name] == "/data/fr_" and len([k for k in env if "_TEMP_FILE" in k]) == 1
         assert "ddp-flight-recorder" not in str(pod["spec"])
+    theirs = {"name": "trainer", "image": "t"}
+    theirs["volumeMounts"] = [{"name": "data", "mountPath": "/ddp-flight-recorder"}]
+    template = {"spec": {"containers": [theirs], "volumes": [{"name": "data", "emptyDir": {}}]}}
+    pod = builders.build_worker_pod(job(template=template), 0)
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["data", "ddp-shm"]
+    assert pod["spec"]["containers"][0]["volumeMounts"][0]["name"] == "data"
     for off in (
         job(stallDetection={"enabled": False}),
         job(accelerator=gpu, stallDetection={"enabled": False}),

@@ -75,3 +75,16 @@ def test_an_in_place_restart_keeps_created_and_takes_running_back() -> None:
     assert condition(conds.items, "Created")["status"] == "True"
     assert condition(conds.items, "Running")["status"] == "False"
     assert [(e.type, e.reason) for e in conds.events][-1] == ("Warning", "RestartingInPlace")
+
+
+def test_a_restart_like_the_last_one_is_announced_again() -> None:
+    conds = Conditions([], datetime(2026, 1, 1, tzinfo=UTC), 1)
+    first = recovery.decide(job(), verdict(job()), None)
+    recovery.restarting(conds, first)
+    second = recovery.decide(job(), verdict(job(), counted=1), None)
+    recovery.restarting(conds, second)
+    assert [(e.reason, e.message) for e in conds.events if e.type == "Warning"] == [
+        ("RestartingInPlace", first.message),
+        ("RestartingInPlace", second.message),
+    ]
+    assert condition(conds.items, "Restarting")["message"] == second.message

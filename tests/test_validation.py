@@ -52,6 +52,21 @@ CASES = [
     ("min-over-nodes", {"nodes": 2, "minNodes": 3}, "spec.minNodes"),
     ("reserved-env", {"template": trainer_env("OK_VAR", "MASTER_ADDR")}, "MASTER_ADDR"),
     ("reserved-rank", {"template": trainer_env("RANK")}, "RANK"),
+    (
+        "reserved-volume",
+        {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "trainer", "image": "t"}],
+                    "volumes": [
+                        {"name": "data", "emptyDir": {}},
+                        {"name": "ddp-shm", "emptyDir": {}},
+                    ],
+                }
+            }
+        },
+        "volume name ddp-shm is reserved",
+    ),
     ("bad-shm", {"shmSize": "lots"}, "spec.shmSize"),
     ("bad-cleanup", {"cleanPodPolicy": "Sometimes"}, "spec.cleanPodPolicy"),
     ("gang-scheduler", {"gangScheduling": {"scheduler": "Slurm"}}, "spec.gangScheduling.scheduler"),

@@ -14,7 +14,7 @@ from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from . import elastic, failure_policy, inplace
-from .conditions import WARNING, Conditions
+from .conditions import WARNING, Conditions, Event
 from .failure_policy import Verdict
 
 RECREATE = "Recreate"
@@ -92,8 +92,11 @@ def decide(job: JobSpec, verdict: Verdict, obstacle: str | None) -> Decision:
 
 
 def restarting(conds: Conditions, decision: Decision) -> None:
-    """The conditions of a group being restarted as a new attempt (a Warning Event with it)."""
-    conds.set(c.COND_RESTARTING, True, decision.reason, decision.message, WARNING)
+    """The conditions of a group being restarted as a new attempt, and a Warning Event for
+    every restart: one that follows another for the same reason (Restarting still True with it)
+    changes no condition, yet is a new attempt that users must see."""
+    conds.set(c.COND_RESTARTING, True, decision.reason, decision.message)
+    conds.events.append(Event(WARNING, decision.reason, decision.message))
     if decision.action == IN_PLACE:
         conds.set(c.COND_RUNNING, False, "Restarting", "the group is restarting in place")
         return

@@ -68,8 +68,11 @@ def keeps_dumps(job: JobSpec) -> bool:
 
 
 def add_dump_volume(pod_spec: dict[str, Any], trainer: dict[str, Any], job: JobSpec) -> None:
-    """Mount DUMP_DIR, an emptyDir, into the trainer where its ranks dump there."""
+    """Mount DUMP_DIR, an emptyDir, into the trainer where its ranks dump there, unless the
+    trainer mounts a volume of its own there (it then keeps the dumps)."""
     if not keeps_dumps(job):
+        return
+    if any(m.get("mountPath") == DUMP_DIR for m in trainer.get("volumeMounts") or ()):
         return
     pod_spec.setdefault("volumes", []).append({"name": DUMP_VOLUME, "emptyDir": {}})
     trainer.setdefault("volumeMounts", []).append({"name": DUMP_VOLUME, "mountPath": DUMP_DIR})
