@@ -135,10 +135,10 @@ DECIDED = re.compile(r"ddpjob \S+/sb: RestartingInPlace: .*\(restart (\d) of bac
 
 
 def group_runs_again(cluster: Cluster, ns: str) -> None:
-    """The last restart's group runs (``Restarting`` cleared): the next failure is a new
-    restart, said anew. One that comes while ``Restarting`` still holds the last one's reason
-    changes its message only, and posts no Event and logs no line (run 43: attempt 3's, decided
-    by the primary, left no line to count)."""
+    """The last restart's group runs (``Restarting`` cleared): the next failure is one of a
+    running group, as the test means it, not one that comes while the group still restarts
+    (run 43: attempt 3's came so, and its decision then posted no Event and logged no line;
+    every restart now does, ``recovery.restarting``)."""
     jobs.wait_condition(cluster, ns, "sb", "Restarting", status="False", timeout=120)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from ddp_operator.manifests import builders
+from ddp_operator.model.jobspec import resolve
+
 from harness import jobs
 from harness.cluster import Cluster
 from jobs import ddpjob
@@ -66,6 +69,18 @@ CASES = [
             }
         },
         "volume name ddp-shm is reserved",
+    ),
+    (
+        "reserved-volume-dumps",
+        {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "trainer", "image": "t"}],
+                    "volumes": [{"name": "ddp-flight-recorder", "emptyDir": {}}],
+                }
+            }
+        },
+        "volume name ddp-flight-recorder is reserved",
     ),
     ("bad-shm", {"shmSize": "lots"}, "spec.shmSize"),
     ("bad-cleanup", {"cleanPodPolicy": "Sometimes"}, "spec.cleanPodPolicy"),
@@ -299,6 +314,29 @@ def test_reserved_names_in_a_sidecar_are_refused_too(cluster: Cluster, namespace
     }
     result = jobs.apply(cluster, ddpjob("side", namespace, template=template), check=False)
     assert result.returncode != 0 and "WORLD_SIZE" in result.stderr
+
+
+def test_a_trainer_s_own_dev_shm_named_ddp_shm_is_kept(cluster: Cluster, namespace: str) -> None:
+    """A template whose trainer mounts its own /dev/shm from a volume named ddp-shm (accepted
+    before the name was reserved: the operator then adds none) still applies; a sidecar's
+    mount does not count, the trainer's is the one the operator looks at."""
+    shm = {"name": "ddp-shm", "emptyDir": {"medium": "Memory"}}
+    mount = [{"name": "ddp-shm", "mountPath": "/dev/shm"}]
+    template = {
+        "spec": {
+            "containers": [{"name": "trainer", "image": "t", "volumeMounts": mount}],
+            "volumes": [shm],
+        }
+    }
+    jobs.apply(cluster, ddpjob("own-shm", namespace, template=template))
+    pod = builders.build_worker_pod(resolve(jobs.get(cluster, namespace, "own-shm")), 0)
+    assert [v["name"] for v in pod["spec"]["volumes"]].count("ddp-shm") == 1, pod["spec"]
+    template["spec"]["containers"] = [
+        {"name": "trainer", "image": "t"},
+        {"name": "side", "image": "s", "volumeMounts": mount},
+    ]
+    result = jobs.apply(cluster, ddpjob("side-shm", namespace, template=template), check=False)
+    assert result.returncode != 0 and "volume name ddp-shm is reserved" in result.stderr
 
 
 def test_defaults_are_filled_in(cluster: Cluster, namespace: str) -> None:
