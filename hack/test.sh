@@ -36,25 +36,33 @@ took() { steps+=("$1=$((SECONDS - step_start))"); step_start=$SECONDS; }
 args=()
 eval "args=(${PYTEST_ARGS:-})"
 
-# session NAME [--quiet] PYTEST-ARGS...: one pytest session, its results in $report/NAME.xml and
-# its output in $report/NAME.log, shown as it comes but with --quiet (a session run beside another
-# is shown after it). Fails with pytest's exit code, but for 5 (nothing selected).
+# session NAME [--quiet] [--nice] PYTEST-ARGS...: one pytest session, its results in
+# $report/NAME.xml and its output in $report/NAME.log, shown as it comes but with --quiet (a
+# session run beside another is shown after it); with --nice at a lower priority (nice 10: the
+# CPU goes to the session beside it first). Fails with pytest's exit code, but for 5 (nothing
+# selected).
 session() {
-  local name=$1 out=/dev/stdout got
+  local name=$1 out=/dev/stdout got prefix=()
   shift
   if [[ $1 == --quiet ]]; then
     out=/dev/null
     shift
   fi
-  "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}" 2>&1 |
+  if [[ $1 == --nice ]]; then
+    prefix=(nice -n 10)
+    shift
+  fi
+  "${prefix[@]}" "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}" 2>&1 |
     tee "$report/$name.log" >"$out"
   got=${PIPESTATUS[0]}
   [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
 }
 host=""
-# start_host: the tests that need no cluster, in the background (its output shown after alone's).
+# start_host: the tests that need no cluster, in the background (its output shown after alone's),
+# at a lower priority: the serial tests beside them wait on timings (a node's grace, a restart's
+# deadline), and took 6m04s beside these in run 45, 4m39s alone (docs/development/tests.md).
 start_host() {
-  session host --quiet -m "not cluster and not docker and not gpu" &
+  session host --quiet --nice -m "not cluster and not docker and not gpu" &
   host=$!
 }
 

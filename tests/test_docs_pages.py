@@ -11,10 +11,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from harness.cluster import ROOT, Cluster, tool
+from harness.podwatch import PodWatch, worker_key
+from harness.realnode import NODE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 
@@ -94,16 +98,64 @@ def test_make_demo_again_in_the_shell_it_set_up_keeps_the_operator(
     assert "successfully rolled out" in ready.stdout, ready.stdout
 
 
-def test_the_local_cluster_page_runs_as_written(cluster: Cluster, demo: str) -> None:
+class Placements(PodWatch):
+    """Where each job's workers in the namespace were placed: job -> {pod: (node, selector)}."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        super().__init__(cluster, ns)
+        self.placed: dict[str, dict[str, tuple[str, dict]]] = {}
+
+    def relisted(self, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self.changed("ADDED", pod)
+
+    def changed(self, type_: str, pod: dict[str, Any]) -> None:
+        key, spec = worker_key(pod), pod.get("spec") or {}
+        if key and spec.get("nodeName"):
+            placed = self.placed.setdefault(key[0], {})
+            placed[pod["metadata"]["name"]] = (spec["nodeName"], spec.get("nodeSelector") or {})
+
+
+@pytest.fixture(scope="module")
+def page_run(cluster: Cluster, demo: str) -> tuple[str, Placements]:
+    """The local cluster page's ```bash blocks, run as one script in a user's shell (it applies
+    the examples, waits for them and deletes them); its output, and where their workers ran."""
     script = "\n".join(blocks(LOCAL_PAGE, "bash"))
     assert "kubectl apply" in script, script
     for job in ("hello-ddp", "train-cpu"):  # left by an earlier run that failed
         cluster.kubectl("delete", "ddpjob", job, "-n", "default", "--ignore-not-found")
-    done = run(["bash", "-euo", "pipefail", "-c", script], user_env(), timeout=900)
-    assert "all_reduce ok" in done.stdout and "TRAINED" in done.stdout, done.stdout
-    assert "real-node-0" in done.stdout, done.stdout
+    placements = Placements(cluster, "default").start()
+    try:
+        done = run(["bash", "-euo", "pipefail", "-c", script], user_env(), timeout=900)
+    finally:
+        placements.stop()
+    return done.stdout, placements
+
+
+def test_the_local_cluster_page_runs_as_written(cluster: Cluster, page_run: tuple) -> None:
+    out, _ = page_run
+    assert "all_reduce ok" in out and "TRAINED" in out, out
+    assert "real-node-0" in out, out
     left = cluster.kubectl("get", "ddpj", "-n", "default", "-o", "name").stdout
     assert "hello-ddp" not in left and "train-cpu" not in left, left
+
+
+# The examples meant to run on the local cluster, which the page applies as written: (file, job).
+EXAMPLES = [("cpu-job.yaml", "hello-ddp"), ("train-cpu.yaml", "train-cpu")]
+
+
+@pytest.mark.parametrize(("example", "name"), EXAMPLES, ids=[f for f, _ in EXAMPLES])
+def test_the_examples_run_as_written_on_the_local_cluster(
+    page_run: tuple, example: str, name: str
+) -> None:
+    """Each example the page applies (it waits for each to succeed) had all its workers on the
+    real node, none of them asking for a node."""
+    out, placements = page_run
+    assert f"ddpjob.ddp-operator.io/{name} condition met" in out, out
+    nodes = yaml.safe_load((ROOT / "examples" / example).read_text())["spec"]["nodes"]
+    placed = placements.placed.get(name, {})
+    assert sorted(placed) == [f"{name}-worker-{i}" for i in range(nodes)], placed
+    assert all(node == NODE and not selector for node, selector in placed.values()), placed
 
 
 def test_the_sdk_page_runs_as_written(cluster: Cluster, demo: str) -> None:

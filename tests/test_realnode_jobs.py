@@ -39,8 +39,6 @@ STYLES = [
     ("env-one-per-pod", 2),
     ("platform-script", 4),
 ]
-# The other examples meant to run on the local cluster, applied as written too: (file, job).
-EXAMPLES = [("cpu-job.yaml", "hello-ddp"), ("train-cpu.yaml", "train-cpu")]
 
 
 def assert_all_ranks(logs: str, world: int) -> None:
@@ -51,26 +49,6 @@ def assert_all_ranks(logs: str, world: int) -> None:
     }, logs
 
 
-def test_torchrun_across_two_real_pods(
-    cluster: Cluster, namespace: str, operator, images: dict[str, str]
-) -> None:
-    """2 pods x 2 torchrun processes find worker 0 by its DNS name and all-reduce over gloo;
-    `kubectl ddp logs` shows every rank, `kubectl ddp status` the real exit codes."""
-    job = trainer_job(
-        "ddp",
-        namespace,
-        images["trainer"],
-        ["torchrun", "examples/scripts/allreduce.py"],
-        procsPerNode=2,
-        backoffLimit=0,
-    )
-    jobs.apply(cluster, job)
-    jobs.wait_phase(cluster, namespace, "ddp", "Succeeded", timeout=300)
-    assert_all_ranks(kubectl_ddp(cluster, "logs", "ddp", "-n", namespace), 4)
-    status = kubectl_ddp(cluster, "status", "ddp", "-n", namespace)
-    assert "Succeeded" in status and NODE in status, status
-
-
 # Launched jobs running at once: all nine at once (about 45 torch processes) starved the node's
 # 2 cores for minutes, and the tests beside them timed out (docs/development/tests.md).
 WAVE = 2
@@ -78,13 +56,12 @@ FINISHED = ("Succeeded", "Failed")
 
 
 class Launches:
-    """The launch styles' and examples' jobs, applied in one namespace by a thread of their
+    """The launch styles' jobs, applied in one namespace by a thread of their
     own, WAVE at a time, so that they run while the other tests do."""
 
     def __init__(self, cluster: Cluster, ns: str) -> None:
         self.cluster, self.ns = cluster, ns
         self.todo = [(LAUNCHERS / f"{style}.yaml", style) for style, _ in STYLES]
-        self.todo += [(ROOT / "examples" / f, name) for f, name in EXAMPLES]
         self.applied: list[str] = []
         self.error: BaseException | None = None
         self.stopped = threading.Event()
@@ -142,7 +119,7 @@ class Launches:
 
 @pytest.fixture(scope="session")
 def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> Iterator[Launches]:
-    """Every launch style's job and the examples, WAVE at a time in one namespace (the node
+    """Every launch style's job, WAVE at a time in one namespace (the node
     runs them side by side). The session's first test starts them (``early``), so that they run
     while the other tests do; the tests of each style, later, find them finished."""
     ns = f"{TEST_NS_PREFIX}styles"
@@ -189,15 +166,6 @@ def test_every_launch_style_gets_its_workers_on_the_real_node(
         _on_the_real_node(cluster, launched.ns, style)
 
 
-@pytest.mark.parametrize(("example", "name"), EXAMPLES, ids=[f for f, _ in EXAMPLES])
-def test_the_examples_run_as_written_on_the_local_cluster(
-    cluster: Cluster, launched: Launches, example: str, name: str
-) -> None:
-    job = launched.finished(name)
-    assert job["status"]["phase"] == "Succeeded", job["status"]
-    _on_the_real_node(cluster, launched.ns, name)
-
-
 @pytest.mark.parametrize(("style", "world"), STYLES, ids=[s for s, _ in STYLES])
 def test_launch_style_runs_unchanged_in_real_pods(
     cluster: Cluster, launched: Launches, style: str, world: int
@@ -210,6 +178,17 @@ def test_launch_style_runs_unchanged_in_real_pods(
     if style == "platform-script":  # VC_WORKER_HOSTS, from the job's ConfigMap: every worker
         hosts = ",".join(f"{style}-worker-{i}.{style}" for i in range(2))
         assert logs.count(f"platform.sh: hosts {hosts}\n") == 2, logs
+
+
+def test_torchrun_across_two_real_pods(cluster: Cluster, launched: Launches) -> None:
+    """2 pods x 2 torchrun processes (the bare torchrun launch style's job) find worker 0 by its
+    DNS name and all-reduce over gloo; `kubectl ddp logs` shows every rank, `kubectl ddp
+    status` the real exit codes."""
+    job = launched.finished("torchrun-bare")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    assert_all_ranks(kubectl_ddp(cluster, "logs", "torchrun-bare", "-n", launched.ns), 4)
+    status = kubectl_ddp(cluster, "status", "torchrun-bare", "-n", launched.ns)
+    assert "Succeeded" in status and NODE in status, status
 
 
 @pytest.mark.parametrize(

@@ -122,15 +122,24 @@ def disconnect(cluster: Cluster) -> None:
         subprocess.run([str(CLUSTER_SH), "down"], check=False)
 
 
+SLOWEST_POLL = 0.5  # seconds: wait_for's longest pause
+
+
 def wait_for(
     probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.1, what: str = ""
 ) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``.
+    The pause between two polls grows from ``interval`` by a quarter each time, to SLOWEST_POLL
+    at most (or ``interval``, if longer): a state that comes soon is seen soon, and a long wait
+    costs the API server and this process a fifth of the polls at ``interval`` (each poll of a
+    DDPJob costs the two about 5 ms of CPU)."""
     deadline = time.monotonic() + timeout
     last: Any = None
+    pause, slowest = interval, max(interval, SLOWEST_POLL)
     while time.monotonic() < deadline:
         last = probe()
         if last:
             return last
-        time.sleep(interval)
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        pause = min(pause * 1.25, slowest)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}; last: {last!r}")

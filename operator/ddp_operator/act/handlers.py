@@ -8,7 +8,9 @@ anything: the per-job loops in ``runner`` do.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -43,6 +45,18 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+class RetryForever:
+    """The delays (seconds) kopf waits between retries of a failed API request. kopf gives up
+    after its own list (54 s in all), and a watch that gives up stops the whole operator: an
+    API server down a minute, or two short outages in a row, ended it. Like client-go's
+    reflectors, this retries for as long as the API server is away, 30 s apart at most. Only
+    kopf's own requests (watches, its finalizer) use it; the job loops' calls fail into the
+    job's status as before."""
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain((1, 1, 2, 3, 5, 8, 13, 21), itertools.repeat(30))
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Operator settings: our own annotation prefixes, quiet Events, an API client."""
@@ -59,6 +73,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.peering.lifetime = int(memo.get("peering_lifetime", 60))
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
+    settings.networking.error_backoffs = RetryForever()
     concurrency = int(memo.get("api_concurrency", 32))
     runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
     runners.clusterwide = bool(memo.get("clusterwide"))
