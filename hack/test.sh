@@ -2,21 +2,19 @@
 # make test: lint beside the local cluster's build, the cluster up (unless KUBECONFIG is set), the
 # suite, the cluster down again if this run brought it up, then the 25 slowest tests and where
 # the time went against the budget (hack/test_report.py).
-# The suite runs in five pytest sessions on the one cluster, each test in namespaces of its own
+# The suite runs in four pytest sessions on the one cluster, each test in namespaces of its own
 # and each session with an operator of its own (docs/development/tests.md):
-#   api:        the API server's tests (kwok's fake nodes), one at a time (some delete, silence
-#               or fill the shared fake nodes), throughout; beside it, one after the other:
-#   node_alone: the tests that must be alone on the real node (they restart its containerd or
-#               kubelet, or stop its NetworkPolicy engine), one at a time;
-#   node:       the real node's other tests (real containers), DDP_TEST_WORKERS of them at a time
-#               (default 3; pytest-xdist, one file to a worker): mostly waiting on pods;
-#   host:       the tests that need no cluster (the pure ones, `kubectl ddp local`'s with torch
-#               on the host, the docs' build), one at a time, at a lower priority: beside
-#               node_alone and what follows, or, where the cluster's build still runs a minute
-#               after lint, beside it (the cluster's sessions then wait for their end);
-#   alone:      then the `serial` tests (they stop the control plane, run `cluster-up` again, or
-#               time what load would slow) and the `last` one (it takes the real node down),
-#               with no other cluster test.
+#   node:   the tests marked `node` (real containers on the real node), DDP_TEST_WORKERS of them
+#           at a time (default 3; pytest-xdist, one file to a worker): mostly waiting on pods;
+#   api:    meanwhile the API server's other tests, one at a time (kwok's fake nodes; some
+#           delete, silence or fill the shared fake nodes);
+#   alone:  then the `serial` tests (they stop the control plane, restart the real node's
+#           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
+#           and the `last` one (it takes the real node down), with no other cluster test;
+#   host:   the tests that need no cluster, one at a time (the pure ones, `kubectl ddp local`'s
+#           with torch on the host, the docs' build): beside alone, whose tests mostly wait, or,
+#           where the cluster's build still runs a minute after lint, beside it (node and api
+#           then wait for their end).
 # DDP_TEST_WORKERS=0 runs the suite in one session instead. PYTEST_ARGS (make test
 # PYTEST_ARGS=...) goes to every session; a session that selects nothing is fine (exit 5), a run
 # in which no test ran is not.
@@ -61,8 +59,8 @@ session() {
 }
 host=""
 # start_host: the tests that need no cluster, in the background (its output shown after alone's),
-# at a lower priority: the cluster's tests beside them wait on timings (a node's grace, a
-# restart's deadline).
+# at a lower priority: the serial tests beside them wait on timings (a node's grace, a restart's
+# deadline), and took 6m04s beside these in run 45, 4m39s alone (docs/development/tests.md).
 start_host() {
   session host --quiet --nice -m "not cluster and not docker and not gpu" &
   host=$!
@@ -108,33 +106,25 @@ if [[ -n "$host" ]]; then
   took "tests needing no cluster (the rest of them)"
 fi
 if [[ "$workers" -gt 0 ]]; then
-  # The API server's tests (kwok's fake nodes) throughout; beside them, first the tests that
-  # must be alone on the real node (they wait on its restarts, with the CPU the API server's
-  # leave), then the node's others, DDP_TEST_WORKERS at a time; the tests needing no cluster
-  # beside both, unless they ran beside the build.
-  session api --quiet -m "cluster and not node and not serial and not last and not docker and not gpu" &
-  api=$!
+  session node --quiet -n "$workers" --dist loadfile \
+    -m "node and not serial and not last and not docker and not gpu" &
+  node=$!
+  session api -m "cluster and not node and not serial and not last and not docker and not gpu" ||
+    rc=$?
+  wait "$node" || rc=$?
+  echo "== the real node's tests, run meanwhile =="
+  cat "$report/node.log"
+  took "tests: the real node's ($workers at a time), and meanwhile the others"
   beside=""
   if [[ -z "$host" ]]; then
     start_host
-    beside=", and those needing no cluster"
+    beside=", and meanwhile those needing no cluster"
   fi
-  session node_alone -m "cluster and node_alone and not serial and not last and not docker and not gpu" ||
-    rc=$?
-  took "tests alone on the real node, and meanwhile the API server's$beside"
-  session node --quiet -n "$workers" --dist loadfile \
-    -m "node and not node_alone and not serial and not last and not docker and not gpu" || rc=$?
-  wait "$api" || rc=$?
-  echo "== the API server's tests, run meanwhile =="
-  cat "$report/api.log"
-  echo "== the real node's other tests =="
-  cat "$report/node.log"
-  took "tests: the real node's others ($workers at a time), and meanwhile the API server's"
   session alone -m "cluster and (serial or last) and not docker and not gpu" || rc=$?
   if [[ -z "$host_done" ]]; then wait "$host" || rc=$?; fi
   echo "== the tests needing no cluster =="
   cat "$report/host.log"
-  took "tests alone (serial, last)${beside:+, and meanwhile the rest of those needing no cluster}"
+  took "tests alone (serial, last)$beside"
 else
   session all -m "not docker and not gpu" || rc=$?
   took "tests in one session"

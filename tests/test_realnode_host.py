@@ -17,12 +17,7 @@ from harness import jobs
 from harness.cluster import ROOT, Cluster, wait_for
 from harness.realnode import NODE, REALNODE_SH, trainer_job
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.node,
-    pytest.mark.timeout(900),
-    pytest.mark.node_alone,
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900), pytest.mark.serial]
 
 RN = ROOT / ".cluster" / "realnode"
 # What a host's own shim or runc would do here: fail (and say it ran).

@@ -24,12 +24,7 @@ from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
 from harness.realnode import kubectl_ddp, restart_kubelet, shell_job
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.node,
-    pytest.mark.timeout(600),
-    pytest.mark.node_alone,
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600), pytest.mark.serial]
 
 ATTEMPT = re.compile(r"ATTEMPT rank=(\d+) attempt=(\d+)")
 # The last attempt all-reduces, each process saying its attempt.

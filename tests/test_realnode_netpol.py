@@ -15,12 +15,7 @@ from harness import jobs
 from harness.cluster import Cluster, wait_for
 from harness.realnode import pod_on_real_node, realnode, trainer_job, wait_pod_done
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.node,
-    pytest.mark.timeout(600),
-    pytest.mark.node_alone,
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600), pytest.mark.serial]
 
 # Each worker: gloo all-reduce steps until worker 0's container has /tmp/finish.
 TRAIN = r"""
