@@ -30,6 +30,9 @@ report=.cluster/test-report
 rm -rf "$report" && mkdir -p "$report"
 start=$SECONDS
 step_start=$SECONDS
+# busy_ticks: the machine's busy CPU time since boot (user, nice, system, irq, softirq), in ticks.
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
+cpu_start=$(busy_ticks)
 steps=()
 took() { steps+=("$1=$((SECONDS - step_start))"); step_start=$SECONDS; }
 # PYTEST_ARGS as the shell reads it (quotes kept: -k "a and b"), as make's recipe did.
@@ -131,7 +134,14 @@ else
 fi
 if [[ -n "$started" ]]; then hack/cluster/cluster.sh down; fi
 took "cluster down"
-if ! "$bin/python" hack/test_report.py "$report" "$((SECONDS - start))" "${steps[@]}"; then
+# The run's CPU, and `import torch` timed now (its CPU-seconds), the unit that compares runs.
+cpu="$(($(busy_ticks) - cpu_start)),$(getconf CLK_TCK),$(nproc)"
+cpu="$(awk -F, '{ printf "%.0f,%d", $1 / $2, $3 }' <<<"$cpu")"
+torch_import="$("$bin/python" -c 'import resource, torch
+r = resource.getrusage(resource.RUSAGE_SELF)
+print(f"{r.ru_utime + r.ru_stime:.2f}")' || echo 0)"
+if ! "$bin/python" hack/test_report.py --cpu="$cpu" --torch-import="$torch_import" "$report" \
+  "$((SECONDS - start))" "${steps[@]}"; then
   [[ $rc -ne 0 ]] || rc=1
 fi
 exit "$rc"

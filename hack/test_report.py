@@ -1,12 +1,15 @@
 """make test's closing report: the slowest tests, where the time went, the run against its budget.
 
-Usage: test_report.py REPORT_DIR TOTAL_SECONDS STEP=SECONDS...  (hack/test.sh). Reads the JUnit
-XML files pytest wrote into REPORT_DIR, one per session. Prints the 25 slowest tests of all
-sessions, the 15 test files that took longest (their tests' seconds summed, setup included), the
-seconds of each step, the whole run against the budget (15 minutes warm, 35 cold:
-a run whose build took over a minute was cold), then, last so that the tail of a CI log shows
-them, the tests that failed and a closing line ``N passed, N failed``. Exits 1 when no test ran
-at all.
+Usage: test_report.py [--cpu=SECONDS,CORES] [--torch-import=SECONDS] REPORT_DIR TOTAL_SECONDS
+STEP=SECONDS...  (hack/test.sh). Reads the JUnit XML files pytest wrote into REPORT_DIR, one per
+session. Prints the 25 slowest tests of all sessions, the 15 test files that took longest (their
+tests' seconds summed, setup included), the seconds of each step, the whole run against the
+budget (15 minutes warm, 35 cold: a run whose build took over a minute was cold), the CPU the
+run used (``--cpu``: busy CPU-seconds of the machine, and its cores) and the same in units of
+``import torch`` as the machine does it after the run (``--torch-import``, CPU-seconds): how fast
+the same work runs here varies by a third from run to run, and that unit, most of the suite's
+work, compares runs. Then, last so that the tail of a CI log shows them, the tests that failed
+and a closing line ``N passed, N failed``. Exits 1 when no test ran at all.
 """
 
 from __future__ import annotations
@@ -45,7 +48,28 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
+def cpu_lines(cpu: str | None, torch_import: str | None, total: int) -> list[str]:
+    """What the run's CPU was: busy CPU-seconds and the share of the cores over the run, and in
+    units of ``import torch`` (CPU-seconds) where measured."""
+    if not cpu:
+        return []
+    seconds, cores = (float(x) for x in cpu.split(","))
+    lines = [
+        f"{seconds:,.0f} CPU-seconds ({100 * seconds / (cores * max(total, 1)):.0f}% of "
+        f"{cores:.0f} cores over the run)"
+    ]
+    if torch_import and float(torch_import) > 0:
+        unit = float(torch_import)
+        lines.append(
+            f"{seconds / unit:,.0f} times `import torch` as this machine did it after "
+            f"the run ({unit:.2f} CPU-seconds)"
+        )
+    return lines
+
+
 def main(argv: list[str]) -> int:
+    flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    argv = [a for a in argv if not a.startswith("--")]
     report, total, steps = Path(argv[0]), int(argv[1]), [s.split("=", 1) for s in argv[2:]]
     found = cases(report)
     print(f"\n== make test: the {SLOWEST} slowest tests ==")
@@ -67,6 +91,11 @@ def main(argv: list[str]) -> int:
         f"{minutes(total):>8}  in all: {verdict} the {'cold' if cold else 'warm'} budget "
         f"of {minutes(budget)}"
     )
+    cpu = cpu_lines(flags.get("cpu"), flags.get("torch-import"), total)
+    if cpu:
+        print("\n== make test: the CPU ==")
+        for line in cpu:
+            print(f"  {line}")
     failed = [name for name, _, outcome in found if outcome in ("failed", "error")]
     if failed:
         print("\n== make test: failed ==")
