@@ -126,16 +126,21 @@ SLOWEST_POLL = 0.5  # seconds: wait_for's longest pause
 
 
 def wait_for(
-    probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.1, what: str = ""
+    probe: Callable[[], T | None],
+    timeout: float = 60,
+    interval: float = 0.1,
+    what: str = "",
+    slowest: float = SLOWEST_POLL,
 ) -> T:
     """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``.
-    The pause between two polls grows from ``interval`` by a quarter each time, to SLOWEST_POLL
+    The pause between two polls grows from ``interval`` by a quarter each time, to ``slowest``
     at most (or ``interval``, if longer): a state that comes soon is seen soon, and a long wait
     costs the API server and this process a fifth of the polls at ``interval`` (each poll of a
-    DDPJob costs the two about 5 ms of CPU)."""
+    DDPJob costs the two about 5 ms of CPU). A wait for a state that may last under a second
+    (a restart on kwok's nodes) passes ``slowest=interval``."""
     deadline = time.monotonic() + timeout
     last: Any = None
-    pause, slowest = interval, max(interval, SLOWEST_POLL)
+    pause, slowest = interval, max(interval, slowest)
     while time.monotonic() < deadline:
         last = probe()
         if last:

@@ -34,14 +34,16 @@ def condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 def wait_condition(
     cluster: Cluster, ns: str, name: str, type_: str, status: str = "True", timeout: float = 60
 ) -> dict[str, Any]:
-    """Wait for a status condition; returns the job."""
+    """Wait for a status condition; returns the job. Polled every 0.1 s throughout: a condition
+    may hold for under a second (``Restarting`` while kwok's pods come back)."""
 
     def probe():
         job = get(cluster, ns, name)
         cond = condition(job, type_)
         return job if cond and cond["status"] == status else None
 
-    return wait_for(probe, timeout=timeout, what=f"ddpjob {ns}/{name} condition {type_}={status}")
+    what = f"ddpjob {ns}/{name} condition {type_}={status}"
+    return wait_for(probe, timeout=timeout, interval=0.1, what=what, slowest=0.1)
 
 
 def wait_phase(cluster: Cluster, ns: str, name: str, phase: str, timeout: float = 60) -> dict:
