@@ -41,9 +41,9 @@ eval "args=(${PYTEST_ARGS:-})"
 
 # session NAME [--quiet] [--nice] PYTEST-ARGS...: one pytest session, its results in
 # $report/NAME.xml and its output in $report/NAME.log, shown as it comes but with --quiet (a
-# session run beside another is shown after it); with --nice at a lower priority (nice 10: the
-# CPU goes to the session beside it first). Fails with pytest's exit code, but for 5 (nothing
-# selected).
+# session run beside another is shown after it); with --nice at a lower priority (nice 10,
+# against this run's other processes only: see start_host). Fails with pytest's exit code, but
+# for 5 (nothing selected).
 session() {
   local name=$1 out=/dev/stdout got prefix=()
   shift
@@ -136,7 +136,7 @@ fi
 if [[ -n "$started" ]]; then hack/cluster/cluster.sh down; fi
 took "cluster down"
 # The run's CPU, and `import torch` timed now (the least CPU-seconds of three: the first after a
-# run read 6.0 where the next ones read 4.5), the unit that compares runs.
+# run read 6.0 where the next ones read 4.5): a unit for the run's work, still noisy (tests page).
 cpu="$(($(busy_ticks) - cpu_start)),$(getconf CLK_TCK),$(nproc)"
 cpu="$(awk -F, '{ printf "%.0f,%d", $1 / $2, $3 }' <<<"$cpu")"
 torch_import="$(for _ in 1 2 3; do

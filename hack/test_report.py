@@ -7,9 +7,10 @@ tests' seconds summed, setup included), the seconds of each step, the whole run 
 budget (15 minutes warm, 35 cold: a run whose build took over a minute was cold), the CPU the
 run used (``--cpu``: busy CPU-seconds of the machine, and its cores) and the same in units of
 ``import torch`` as the machine does it after the run (``--torch-import``, CPU-seconds): how fast
-the same work runs here varies by a third from run to run, and that unit, most of the suite's
-work, compares runs. Then, last so that the tail of a CI log shows them, the tests that failed
-and a closing line ``N passed, N failed``. Exits 1 when no test ran at all.
+the same work runs here varies by a third from run to run, and torch's start-up is most of the
+suite's work (that import itself still varies too much to compare runs by: tests page).
+Then, last so that the tail of a CI log shows them, the tests that failed and a closing line
+``N passed, N failed``. Exits 1 when no test ran at all.
 """
 
 from __future__ import annotations

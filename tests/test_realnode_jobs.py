@@ -56,8 +56,8 @@ FINISHED = ("Succeeded", "Failed")
 
 
 class Launches:
-    """The launch styles' jobs, applied in one namespace by a thread of their
-    own, WAVE at a time, so that they run while the other tests do."""
+    """The launch styles' jobs, applied in one namespace by a thread of their own, WAVE at a
+    time, so that they run while the other tests do."""
 
     def __init__(self, cluster: Cluster, ns: str) -> None:
         self.cluster, self.ns = cluster, ns
@@ -119,9 +119,9 @@ class Launches:
 
 @pytest.fixture(scope="session")
 def launched(cluster: Cluster, crd: str, operator, images: dict[str, str]) -> Iterator[Launches]:
-    """Every launch style's job, WAVE at a time in one namespace (the node
-    runs them side by side). The session's first test starts them (``early``), so that they run
-    while the other tests do; the tests of each style, later, find them finished."""
+    """Every launch style's job, WAVE at a time in one namespace (the node runs them side by
+    side). The session's first test starts them (``early``), so that they run while the other
+    tests do; the tests of each style, later, find them finished."""
     ns = f"{TEST_NS_PREFIX}styles"
     cluster.core.create_namespace({"metadata": {"name": ns}})
     wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30)
