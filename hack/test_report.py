@@ -5,7 +5,8 @@ STEP=SECONDS...  (hack/test.sh). Reads the JUnit XML files pytest wrote into REP
 session. Prints the 25 slowest tests of all sessions, the 15 test files that took longest (their
 tests' seconds summed, setup included), the seconds of each step, the whole run against the
 budget (15 minutes warm, 35 cold: a run whose build took over a minute was cold), the CPU the
-run used (``--cpu``: busy CPU-seconds of the machine, and its cores) and the same in units of
+run used (``--cpu``: busy CPU-seconds of the machine, and its cores), the least time that work
+needs on those cores against the same budget, and the same work in units of
 ``import torch`` as the machine does it after the run (``--torch-import``, CPU-seconds): how fast
 the same work runs here varies by a third from run to run, and torch's start-up is most of the
 suite's work (that import itself still varies too much to compare runs by: tests page).
@@ -49,15 +50,20 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
-def cpu_lines(cpu: str | None, torch_import: str | None, total: int) -> list[str]:
-    """What the run's CPU was: busy CPU-seconds and the share of the cores over the run, and in
+def cpu_lines(cpu: str | None, torch_import: str | None, total: int, budget: int) -> list[str]:
+    """What the run's CPU was: busy CPU-seconds and the share of the cores over the run; the
+    shortest such a run could be here, every core busy throughout, against the budget (a run
+    over it for want of CPU, not of waits, needs less work or more cores); and the same work in
     units of ``import torch`` (CPU-seconds) where measured."""
     if not cpu:
         return []
     seconds, cores = (float(x) for x in cpu.split(","))
+    floor = seconds / cores
     lines = [
         f"{seconds:,.0f} CPU-seconds ({100 * seconds / (cores * max(total, 1)):.0f}% of "
-        f"{cores:.0f} cores over the run)"
+        f"{cores:.0f} cores over the run)",
+        f"{minutes(floor)} at the least for that work on {cores:.0f} cores, each busy "
+        f"throughout: {'within' if floor <= budget else 'OVER'} the budget of {minutes(budget)}",
     ]
     if torch_import and float(torch_import) > 0:
         unit = float(torch_import)
@@ -92,7 +98,7 @@ def main(argv: list[str]) -> int:
         f"{minutes(total):>8}  in all: {verdict} the {'cold' if cold else 'warm'} budget "
         f"of {minutes(budget)}"
     )
-    cpu = cpu_lines(flags.get("cpu"), flags.get("torch-import"), total)
+    cpu = cpu_lines(flags.get("cpu"), flags.get("torch-import"), total, budget)
     if cpu:
         print("\n== make test: the CPU ==")
         for line in cpu:

@@ -65,16 +65,21 @@ def test_a_run_in_which_no_test_ran_fails(tmp_path: Path) -> None:
 
 
 def test_the_cpu_of_the_run_in_seconds_and_in_imports_of_torch(tmp_path: Path) -> None:
-    """The machine's busy CPU-seconds over the run, its share of the cores, and the same in
-    units of `import torch` measured after the run (runs on this machine vary by a third)."""
+    """The machine's busy CPU-seconds over the run, its share of the cores, the least time that
+    work needs on them against the budget, and the same in units of `import torch` measured after
+    the run (runs on this machine vary by a third)."""
     junit(tmp_path / "all.xml", [("test_a", 1.0, "passed")])
     done = report(tmp_path, 1000, "--cpu=1500.4,2", "--torch-import=4.2", "lint=20")
     lines = [line.strip() for line in done.stdout.splitlines()]
-    cpu = lines[lines.index("== make test: the CPU ==") + 1 :][:2]
+    cpu = lines[lines.index("== make test: the CPU ==") + 1 :][:3]
     assert cpu == [
         "1,500 CPU-seconds (75% of 2 cores over the run)",
+        "12m30s at the least for that work on 2 cores, each busy throughout: within the budget "
+        "of 15m00s",
         "357 times `import torch` as this machine did it after the run (4.20 CPU-seconds)",
     ], cpu
     assert "0m20s  lint" in lines and lines[-1] == "1 passed, 0 failed, 0 skipped"
+    over = report(tmp_path, 1500, "--cpu=2400,2", "lint=20").stdout
+    assert "20m00s at the least for that work on 2 cores, each busy throughout: OVER" in over
     without = report(tmp_path, 1000, "lint=20").stdout
     assert "== make test: the CPU ==" not in without
