@@ -43,7 +43,7 @@ def wait_condition(
         return job if cond and cond["status"] == status else None
 
     what = f"ddpjob {ns}/{name} condition {type_}={status}"
-    return wait_for(probe, timeout=timeout, interval=0.1, what=what, slowest=0.1)
+    return wait_for(probe, timeout=timeout, what=what, slowest=0.1)
 
 
 def wait_phase(cluster: Cluster, ns: str, name: str, phase: str, timeout: float = 60) -> dict:
