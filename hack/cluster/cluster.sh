@@ -101,6 +101,25 @@ all_running() {
   done
 }
 
+# fake_nodes: the fake nodes of manifests/nodes.yaml that are missing (all, on a new cluster) are
+# created and awaited. The others are left as they are (created, not applied: AlreadyExists), and
+# other nodes are not awaited: on a cluster already running, tests hold a fake node NotReady or
+# taint it (applying the file again would undo that: a Node's taints are one list), and add and
+# remove nodes of their own (a benchmark's, a test's pool) that may be gone before a wait for
+# every node reads them.
+fake_nodes() {
+  local file="$here/manifests/nodes.yaml" present n err missing=()
+  present="$(kubectl_ get -f "$file" --ignore-not-found -o name)" || die "cannot read the fake nodes"
+  for n in $(kubectl_ create --dry-run=client -f "$file" -o name); do
+    grep -qxF "$n" <<<"$present" || missing+=("$n")
+  done
+  [[ ${#missing[@]} -gt 0 ]] || return 0
+  err="$(kubectl_ create --save-config -f "$file" 2>&1 >/dev/null | grep -v '(AlreadyExists)' || true)"
+  [[ -z "$err" ]] || die "creating the fake nodes: $err"
+  kubectl_ wait --for=condition=Ready "${missing[@]}" --timeout=120s >/dev/null ||
+    die "the fake nodes ${missing[*]} are not Ready"
+}
+
 # When up fails: the control plane goes down again if this up started it (the real node stops
 # what it started itself: realnode.sh).
 up_failed() {
@@ -149,8 +168,7 @@ up() {
     fi
   fi
   all_running || die "the control plane does not stay up"
-  kubectl_ apply -f "$here/manifests/nodes.yaml" >/dev/null
-  kubectl_ wait --for=condition=Ready node --all --timeout=120s >/dev/null
+  fake_nodes
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
     "$here/realnode.sh" up || die "the real node did not come up (DDP_REAL_NODE=0 leaves it out)"
     local image
