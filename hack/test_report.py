@@ -10,8 +10,10 @@ needs on those cores against the same budget, and the same work in units of
 ``import torch`` as the machine does it after the run (``--torch-import``, CPU-seconds): how fast
 the same work runs here varies by a third from run to run, and torch's start-up is most of the
 suite's work (that import itself still varies too much to compare runs by: tests page).
-Then, last so that the tail of a CI log shows them, the tests that failed and a closing line
-``N passed, N failed``. Exits 1 when no test ran at all.
+Then, last so that the tail of a CI log shows them (CI shows only a tail), the tests that failed,
+each with why (the first line and the last lines of pytest's message, once for the tests that
+share it, such as a module's fixture), and a closing line ``N passed, N failed``. Exits 1 when no
+test ran at all.
 """
 
 from __future__ import annotations
@@ -28,22 +30,57 @@ WARM_BUDGET_S = int(os.environ.get("DDP_TEST_BUDGET_S", "900"))
 COLD_BUDGET_S = int(os.environ.get("DDP_TEST_COLD_BUDGET_S", "2100"))
 COLD_BUILD_S = 60  # a build step longer than this built something: the run was cold
 _XDIST_GROUP = re.compile(r"@[\w.\-]+$")  # pytest-xdist's loadgroup suffix on a test's name
+WHY_LINES = 12  # of a failure's message, the last ones shown (with its first)
+WHY_WIDTH = 160  # characters of each
+WHY_SHOWN = 4  # different failures shown with their message; the rest are in the sessions' logs
+# pytest's own lines at the end of a message: its introspection, and its note that it cut it.
+_PYTEST_TAIL = re.compile(r"^(assert |\+ +where |\[\+\d+ more line)")
 
 
-def cases(report: Path) -> list[tuple[str, float, str]]:
-    """Every test case of every session: (id, seconds, outcome)."""
+def cases(report: Path) -> list[tuple[str, float, str, str]]:
+    """Every test case of every session: (id, seconds, outcome, message of a failure)."""
     found = []
     for xml in sorted(report.glob("*.xml")):
         for case in ET.parse(xml).getroot().iter("testcase"):
             test = _XDIST_GROUP.sub("", case.get("name", ""))
             name = f"{case.get('classname', '')}::{test}"
-            outcome = "passed"
+            outcome, message = "passed", ""
             for child in case:
                 if child.tag in ("failure", "error", "skipped"):
                     outcome = {"failure": "failed", "error": "error"}.get(child.tag, child.tag)
+                    message = child.get("message") or ""
                     break
-            found.append((name, float(case.get("time", 0.0)), outcome))
+            found.append((name, float(case.get("time", 0.0)), outcome, message))
     return found
+
+
+def why(message: str) -> list[str]:
+    """A failure's message as the report shows it: its first line (what failed: a test, or a
+    fixture on setup) and its last ``WHY_LINES`` (an output's end, where a command says what
+    went wrong), without pytest's introspection, each cut to ``WHY_WIDTH`` characters."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    while lines[1:] and _PYTEST_TAIL.match(lines[-1]):
+        lines.pop()
+    if len(lines) > WHY_LINES + 1:
+        lines = [lines[0], f"[... {len(lines) - WHY_LINES - 1} lines ...]", *lines[-WHY_LINES:]]
+    return [line if len(line) <= WHY_WIDTH else line[: WHY_WIDTH - 3] + "..." for line in lines]
+
+
+def failures(found: list[tuple[str, float, str, str]], logs: Path) -> list[str]:
+    """The failed tests, grouped by their message (a fixture's failure fails every test that
+    uses it), each group followed by why; the first ``WHY_SHOWN`` groups only."""
+    groups: dict[str, list[str]] = {}
+    for name, _, outcome, message in found:
+        if outcome in ("failed", "error"):
+            groups.setdefault(message, []).append(name)
+    lines = []
+    for shown, (message, names) in enumerate(groups.items()):
+        lines += [f"  {name}" for name in names]
+        if shown < WHY_SHOWN:
+            lines += [f"      {line}" for line in why(message)]
+    if len(groups) > WHY_SHOWN:
+        lines.append(f"  (why the others failed: {logs}/*.log)")
+    return lines
 
 
 def minutes(seconds: float) -> str:
@@ -80,10 +117,10 @@ def main(argv: list[str]) -> int:
     report, total, steps = Path(argv[0]), int(argv[1]), [s.split("=", 1) for s in argv[2:]]
     found = cases(report)
     print(f"\n== make test: the {SLOWEST} slowest tests ==")
-    for name, seconds, outcome in sorted(found, key=lambda c: -c[1])[:SLOWEST]:
+    for name, seconds, outcome, _ in sorted(found, key=lambda c: -c[1])[:SLOWEST]:
         print(f"{seconds:8.1f}s  {name}{'' if outcome == 'passed' else f'  ({outcome})'}")
     by_file: dict[str, list[float]] = {}
-    for name, seconds, _ in found:
+    for name, seconds, *_ in found:
         by_file.setdefault(name.split("::")[0], []).append(seconds)
     print(f"\n== make test: the {FILES} slowest files ==")
     for module, times in sorted(by_file.items(), key=lambda f: -sum(f[1]))[:FILES]:
@@ -103,12 +140,11 @@ def main(argv: list[str]) -> int:
         print("\n== make test: the CPU ==")
         for line in cpu:
             print(f"  {line}")
-    failed = [name for name, _, outcome in found if outcome in ("failed", "error")]
+    failed = failures(found, report)
     if failed:
         print("\n== make test: failed ==")
-        for name in failed:
-            print(f"  {name}")
-    outcomes = [outcome for _, _, outcome in found]
+        print("\n".join(failed))
+    outcomes = [outcome for _, _, outcome, _ in found]
     counts = {o: outcomes.count(o) for o in ("passed", "failed", "error", "skipped")}
     print(
         f"\n{counts['passed']} passed, {counts['failed'] + counts['error']} failed, "

@@ -1,6 +1,6 @@
 """hack/test_report.py, make test's closing report: the slowest tests of every session, the
-steps' seconds, the budget a run is held to, the failed tests last, and a failed run when no
-test ran."""
+steps' seconds, the budget a run is held to, the failed tests last with why, and a failed run
+when no test ran."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_slowest_tests_of_every_session_the_steps_and_the_warm_budget(tmp_pa
     assert files == ["2m13s  tests.test_x (4 tests)"], files
     assert "11m40s  in all: within the warm budget of 15m00s" in lines
     failed = lines[lines.index("== make test: failed ==") + 1 :]
-    assert failed == ["tests.test_x::test_c", "", "2 passed, 1 failed, 1 skipped"], failed
+    assert failed == ["tests.test_x::test_c", "x", "", "2 passed, 1 failed, 1 skipped"], failed
 
 
 def test_a_run_whose_build_built_is_held_to_the_cold_budget(tmp_path: Path) -> None:
@@ -83,3 +83,59 @@ def test_the_cpu_of_the_run_in_seconds_and_in_imports_of_torch(tmp_path: Path) -
     assert "20m00s at the least for that work on 2 cores, each busy throughout: OVER" in over
     without = report(tmp_path, 1000, "lint=20").stdout
     assert "== make test: the CPU ==" not in without
+
+
+FAILING = """
+import subprocess, pytest
+
+@pytest.fixture(scope="module")
+def demo():
+    script = "seq 1 40; echo 'demo: the job did not succeed' >&2; exit 1"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, f"make demo:\\n{done.stdout}\\n{done.stderr}"
+
+def test_one(demo): pass
+def test_two(demo): pass
+def test_three(): assert 2 + 2 == 5, "x" * 500
+"""
+
+
+def test_each_failure_says_why_once_for_the_tests_that_share_it(tmp_path: Path) -> None:
+    """Real pytest's JUnit file: a module's fixture that fails on setup (a command's output in
+    its message) is shown once for both its tests, with its first line and the output's end
+    (where the command said what went wrong), without pytest's introspection; a long line is cut.
+    CI shows only the log's tail, so this is where a failure in CI can be read."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "test_failing.py").write_text(FAILING)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "src",
+            f"--junitxml={tmp_path / 'all.xml'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
+    lines = report(tmp_path, 30, "lint=20").stdout.splitlines()
+    failed = lines[lines.index("== make test: failed ==") + 1 :]
+    assert failed[:3] == [
+        "  src.test_failing::test_one",
+        "  src.test_failing::test_two",
+        '      failed on setup with "AssertionError: make demo:',
+    ], failed
+    assert failed[3] == "      [... 29 lines ...]", failed
+    assert failed[4:15] == [f"      {n}" for n in range(30, 41)], failed
+    assert failed[15] == "      demo: the job did not succeed", failed
+    assert failed[16] == "  src.test_failing::test_three", failed
+    assert failed[17].startswith("      AssertionError: xxx") and failed[17].endswith("x..."), (
+        failed
+    )
+    assert len(failed[17]) == 6 + 160, failed[17]
+    assert not any(line.strip().startswith(("assert ", "+ ", "[+")) for line in failed), failed
+    assert failed[-1] == "0 passed, 3 failed, 0 skipped", failed
