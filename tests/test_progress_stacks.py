@@ -84,11 +84,13 @@ RANKS = textwrap.dedent("""
         dist.all_reduce(t)
     def say():  # once rank 0 is in its fourth all_reduce, rank 1 past its third
         want = {"entered": 4, "completed": 3} if dist.get_rank() == 0 else {"completed": 3}
-        deadline = time.monotonic() + 60
+        deadline, said = time.monotonic() + 60, []
         while time.monotonic() < deadline:
             said = progress_stacks.collectives()
             if said and want.items() <= said[0].items():
                 break
+            if said and said[0]["entered"] == 4:  # its third may stay unmarked: the test
+                deadline = min(deadline, time.monotonic() + 5)
             time.sleep(0.05)  # gloo's work thread marks a collective completed just after
         print(json.dumps(said), flush=True)
         if dist.get_rank() == 0:
@@ -131,9 +133,18 @@ def test_a_rank_says_where_it_stands_in_its_collectives_from_torch_s_flight_reco
         for p in ranks:
             p.kill()
             p.communicate()
-    assert said[0] == [{"group": "default_pg", "entered": 4, "completed": 3, "op": "all_reduce"}], (
-        said
-    )
+    # Torch marks a gloo collective completed on its work thread after the caller has gone on
+    # (here: 1 in 5 all_reduces read one behind, for up to 24 ms; in run 55 of the tests page,
+    # rank 0's third still unmarked 60 s into its fourth). What names the culprit holds either
+    # way: rank 0 is in a collective (entered > completed) that rank 1 never entered.
+    [waiting] = said[0]
+    assert waiting["completed"] in (2, 3), said
+    assert waiting | {"completed": 3} == {
+        "group": "default_pg",
+        "entered": 4,
+        "completed": 3,
+        "op": "all_reduce",
+    }, said
     assert [(c["group"], c["entered"], c["completed"]) for c in said[1]] == [("default_pg", 3, 3)]
 
 
