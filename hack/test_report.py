@@ -11,7 +11,7 @@ needs on those cores against the same budget, and the same work in units of
 the same work runs here varies by a third from run to run, and torch's start-up is most of the
 suite's work (that import itself still varies too much to compare runs by: tests page).
 Then, last so that the tail of a CI log shows them (CI shows only a tail), the tests that failed,
-each with why (the first line and the last lines of pytest's message, once for the tests that
+each with why (the first line and the last lines of what it raised, once for the tests that
 share it, such as a module's fixture), and a closing line ``N passed, N failed``. Exits 1 when no
 test ran at all.
 """
@@ -48,22 +48,31 @@ def cases(report: Path) -> list[tuple[str, float, str, str]]:
             for child in case:
                 if child.tag in ("failure", "error", "skipped"):
                     outcome = {"failure": "failed", "error": "error"}.get(child.tag, child.tag)
-                    message = child.get("message") or ""
+                    # What it raised, whole, from the report's text (pytest's E lines): the
+                    # message attribute is cut (500 characters a line, some lines).
+                    text = (child.text or "").splitlines()
+                    raised = [line[1:].strip() for line in text if line.startswith("E ")]
+                    message = "\n".join(raised) or child.get("message") or ""
                     break
             found.append((name, float(case.get("time", 0.0)), outcome, message))
     return found
 
 
 def why(message: str) -> list[str]:
-    """A failure's message as the report shows it: its first line (what failed: a test, or a
-    fixture on setup) and its last ``WHY_LINES`` (an output's end, where a command says what
-    went wrong), without pytest's introspection, each cut to ``WHY_WIDTH`` characters."""
+    """A failure's message as the report shows it: its first line (what was raised) and its
+    last ``WHY_LINES`` (an output's end, where a command says what went wrong), without
+    pytest's introspection, each cut to ``WHY_WIDTH`` characters: its start and its end (a
+    command's error, after the command, ends a one-line message)."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     while lines[1:] and _PYTEST_TAIL.match(lines[-1]):
         lines.pop()
     if len(lines) > WHY_LINES + 1:
         lines = [lines[0], f"[... {len(lines) - WHY_LINES - 1} lines ...]", *lines[-WHY_LINES:]]
-    return [line if len(line) <= WHY_WIDTH else line[: WHY_WIDTH - 3] + "..." for line in lines]
+    head = WHY_WIDTH // 2
+    return [
+        line if len(line) <= WHY_WIDTH else f"{line[:head]} ... {line[head + 5 - WHY_WIDTH :]}"
+        for line in lines
+    ]
 
 
 def failures(found: list[tuple[str, float, str, str]], logs: Path) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 from kubernetes import config as k8s_config
 
 from harness import nodes, pods, realnode
@@ -123,12 +124,19 @@ def images(cluster: Cluster) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def crd(cluster: Cluster) -> str:
-    """The DDPJob CRD, applied and Established."""
+    """The DDPJob CRD, applied and Established. Every session (and each xdist worker) applies it
+    at once on a new cluster: Established is read from the API, as a `kubectl wait` that failed
+    in 1.5 s in one of them did not say why (run 57 of the tests page)."""
+    name = "ddpjobs.ddp-operator.io"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddp-operator.io"
-    )
-    return "ddpjobs.ddp-operator.io"
+    crds = client.ApiextensionsV1Api(cluster.api)
+
+    def established() -> bool:
+        conditions = crds.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(established, timeout=60, what=f"crd/{name} Established")
+    return name
 
 
 @pytest.fixture

@@ -30,6 +30,15 @@ BUILD_SH = ROOT / "hack" / "cluster" / "build.sh"
 T = TypeVar("T")
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """A kubectl that failed, saying what kubectl said: a CalledProcessError's own text has
+    only the command and its exit status, and a test's failure must say why."""
+
+    def __str__(self) -> str:
+        said = (self.stderr or self.stdout or "").strip()[-2000:]
+        return f"{super().__str__()} It said: {said or '(nothing)'}"
+
+
 @dataclass
 class Cluster:
     """A reachable cluster: its kubeconfig, whether it is the local kwok one, and clients."""
@@ -50,15 +59,13 @@ class Cluster:
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess:
-        """Run kubectl against this cluster; output captured as text."""
-        return subprocess.run(
-            [tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            input=input,
-            timeout=120,
-        )
+        """Run kubectl against this cluster; output captured as text. With ``check``, a failure
+        raises KubectlError, which says what kubectl said."""
+        cmd = [tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=120)
+        if check and done.returncode != 0:
+            raise KubectlError(done.returncode, cmd, done.stdout, done.stderr)
+        return done
 
     def env(self) -> dict[str, str]:
         """Environment for subprocesses (the operator, the CLI) that should use this cluster."""
