@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import nodes
 from harness.cluster import CLUSTER_SH, ROOT, Cluster, wait_for
 from harness.realnode import REALNODE_SH
 
@@ -106,8 +107,7 @@ TAINT = {"key": "ddp-operator.io/test-up", "value": "held", "effect": "NoSchedul
 
 
 def ready(cluster: Cluster, name: str) -> bool:
-    conditions = cluster.core.read_node(name).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return (nodes.ready_condition(nodes.get_node(cluster, name)) or {}).get("status") == "True"
 
 
 def test_cluster_up_on_a_running_cluster_awaits_only_the_fake_nodes_it_creates(
@@ -121,8 +121,7 @@ def test_cluster_up_on_a_running_cluster_awaits_only_the_fake_nodes_it_creates(
         pytest.skip("the local cluster's own script")
     other, tainted, deleted = f"up-other-{uuid.uuid4().hex[:6]}", "cpu-node-1", "ascend-node-1"
     cluster.core.create_node({"metadata": {"name": other}})  # no kubelet, not kwok's: never Ready
-    taints = cluster.core.read_node(tainted).spec.taints or []
-    held = [cluster.api.sanitize_for_serialization(t) for t in taints] + [TAINT]
+    held = [*(nodes.get_node(cluster, tainted)["spec"].get("taints") or []), TAINT]
     cluster.core.patch_node(tainted, {"spec": {"taints": held}})
     cluster.core.delete_node(deleted)
     wait_for(
@@ -134,10 +133,7 @@ def test_cluster_up_on_a_running_cluster_awaits_only_the_fake_nodes_it_creates(
         done = subprocess.run([str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         assert not ready(cluster, other)
-        assert TAINT in [
-            cluster.api.sanitize_for_serialization(t)
-            for t in cluster.core.read_node(tainted).spec.taints
-        ]
+        assert TAINT in nodes.get_node(cluster, tainted)["spec"]["taints"]
         assert ready(cluster, deleted)
     finally:
         cluster.core.delete_node(other)
