@@ -260,6 +260,23 @@ def operator(cluster: Cluster, crd: str) -> Iterator[OperatorProcess]:
         yield proc
 
 
+@pytest.fixture
+def own_operator(cluster: Cluster, crd: str) -> Iterator[tuple[str, list[OperatorProcess]]]:
+    """A namespace of its own (not one the session's operator watches; its pods go to the real
+    node) and its operator, which a test may kill and start again (the last one started is
+    stopped at the end)."""
+    ns = f"own-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
+    ops = [OperatorProcess(cluster, ns).start()]
+    try:
+        ops[0].wait_ready()
+        yield ns, ops
+    finally:
+        ops[-1].stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+
 @contextlib.contextmanager
 def _operator_on(cluster: Cluster) -> Iterator[OperatorProcess]:
     """An operator process watching the tests' namespaces of ``cluster``, ready."""

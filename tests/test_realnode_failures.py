@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from harness import jobs
+from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
 from harness.realnode import NODE, kubectl_ddp, shell_job, trainer_job, trainer_status
@@ -43,6 +43,8 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 dist.all_reduce(torch.ones(1))
 if os.environ["NODE_RANK"] == "1":
+    while not os.path.exists("/tmp/go"):  # the test's word: its operator is down by then
+        time.sleep(0.05)
     try:
         raise ValueError("bad batch 17 in shard 3")
     except ValueError:
@@ -111,12 +113,15 @@ def test_a_rule_fails_the_job_on_the_script_s_own_error_after_one_attempt(
 
 
 def test_the_first_failure_is_named_first_and_the_collateral_counted(
-    cluster: Cluster, namespace: str, operator: OperatorProcess, images: dict[str, str]
+    cluster: Cluster, own_operator: tuple[str, list[OperatorProcess]], images: dict[str, str]
 ) -> None:
     """Worker 1 exits 3 first; worker 0 then fails on the broken collective (gloo: connection
-    closed by peer). The operator is paused meanwhile, so it finds both failed at once (as a
-    busy operator does): the job names worker 1, exit 3 and its exception first, and counts
-    worker 0 (a lower index, the old message's first) as collateral."""
+    closed by peer). The operator is down meanwhile (worker 1 fails when the test says, once it
+    has killed it), and a new one finds both failed at once, in its first list of the pods: the
+    job names worker 1, exit 3 and its exception first, and counts worker 0 (a lower index, the
+    old message's first) as collateral. Not a paused operator: on a busy machine, the backlog of
+    its watch may come in two batches, the first holding worker 1's failure alone."""
+    namespace, ops = own_operator
     job = scripted("first", namespace, images["trainer"], WORKER_1_FIRST, "python", backoffLimit=0)
     jobs.apply(cluster, job)
 
@@ -124,17 +129,23 @@ def test_the_first_failure_is_named_first_and_the_collateral_counted(
         status = trainer_status(cluster, namespace, pod)
         return bool(status and status.state.terminated)
 
+    def trainer_running(pod: str) -> bool:
+        if pods.phase(cluster, namespace, pod) != "Running":  # None: not created yet
+            return False
+        status = trainer_status(cluster, namespace, pod)
+        return bool(status and status.state.running)
+
+    wait_for(lambda: trainer_running("first-worker-1"), timeout=180, what="worker 1 running")
+    ops[0].kill()
+    go = ("exec", "-n", namespace, "first-worker-1", "-c", "trainer", "--", "touch", "/tmp/go")
+    cluster.kubectl(*go)
     wait_for(
-        lambda: jobs.condition(jobs.get(cluster, namespace, "first"), "Running"),
-        timeout=180,
-        what="the group running",
+        lambda: ended("first-worker-0") and ended("first-worker-1"),
+        timeout=120,
+        what="both workers failed",
     )
-    with operator.paused():
-        wait_for(
-            lambda: ended("first-worker-0") and ended("first-worker-1"),
-            timeout=120,
-            what="both workers failed",
-        )
+    ops.append(OperatorProcess(cluster, namespace).start())
+    ops[-1].wait_ready()
     done = jobs.wait_phase(cluster, namespace, "first", "Failed", timeout=60)
     message = jobs.condition(done, "Failed")["message"]
     lead = f"first-worker-1 exited with code 3 (Error) on node {NODE}: ValueError: bad batch 17"

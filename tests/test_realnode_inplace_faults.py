@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -90,22 +88,6 @@ def _succeeded_in_place(
     assert_all_ranks(logs, 4)
     assert sorted(ATTEMPT.findall(logs)) == [(str(r), str(restarts)) for r in range(4)], logs
     return done
-
-
-@pytest.fixture
-def own_operator(cluster: Cluster, crd: str) -> Iterator[tuple[str, list[OperatorProcess]]]:
-    """A namespace of its own (not one the session's operator watches) and its operator, which
-    a test may kill and start again (the last one started is stopped at the end)."""
-    ns = f"ipf-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": ns}})
-    wait_for(lambda: cluster.core.list_namespaced_service_account(ns).items, timeout=30, what="sa")
-    ops = [OperatorProcess(cluster, ns).start()]
-    try:
-        ops[0].wait_ready()
-        yield ns, ops
-    finally:
-        ops[-1].stop()
-        cluster.core.delete_namespace(ns, propagation_policy="Background")
 
 
 class Record:
