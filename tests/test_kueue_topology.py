@@ -17,7 +17,7 @@ import yaml
 
 from harness import jobs, pods
 from harness import kueue as kq
-from harness.cluster import Cluster, wait_for
+from harness.cluster import Cluster
 from jobs import ddpjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
@@ -97,7 +97,7 @@ def test_a_job_asking_for_one_block_lands_in_one_with_its_ranks_in_order(
     assert {n[BLOCK] for n in placed} == {"b"}, [n[HOST] for n in placed]
     in_racks = [n[RACK] for n in placed]
     assert in_racks[0] == in_racks[1] != in_racks[2] == in_racks[3], in_racks
-    wait_for(lambda: jobs.condition(jobs.get(cluster, ns, "tas"), "Admitted"), what="Admitted")
+    jobs.wait_condition(cluster, ns, "tas", "Admitted")
 
 
 def test_a_job_level_workload_is_placed_the_same_way(cluster: Cluster, racks: str) -> None:
