@@ -25,6 +25,24 @@ mkdir -p "$root"
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath"
 log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
 
+# go_room: the space free where go build writes, its cache and its work files. A cold build of
+# the real node's tools fills gigabytes (its cache and the modules), and a full disk ends it
+# "no space left on device", one line among hundreds of go's.
+go_room() {
+  local gocache tmp
+  gocache="$(go env GOCACHE)"
+  tmp="$(go env GOTMPDIR)"
+  tmp="${tmp:-${TMPDIR:-/tmp}}"
+  echo "$(free_at "$gocache") for its cache ($gocache), $(free_at "$tmp") for its work files ($tmp)"
+}
+
+# free_at PATH: the space free on the file system of PATH (or of its nearest existing parent).
+free_at() {
+  local path=$1
+  until [[ -e "$path" ]]; do path="$(dirname "$path")"; done
+  df --output=avail -h "$path" | tail -n 1 | tr -d ' '
+}
+
 # build NAME MODULE_DIR VERSION "LDFLAGS" "TAGS" OUTPUT...: prints the tool's cached directory.
 # Built with CGO_ENABLED=0 unless the caller's environment sets it (runc needs cgo).
 # An OUTPUT written NAME=BUILT is the binary go builds as BUILT (a tool's last path element),
@@ -49,8 +67,10 @@ build() {
       local target=.
       [[ -f "$here/$dir/main.go" ]] || target=tool
       # (set -e does not reach into the $(build ...) below: a failed build returns at once)
-      (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target") ||
+      (cd "$here/$dir" && go build ${tags:+-tags "$tags"} -ldflags "-s -w $ldflags" -o "$out.tmp/" "$target") || {
+        log "$name: go build failed (free: $(go_room))"
         return 1
+      }
       if [[ -f "$here/$dir/main.go" && "$dir" != "$1" ]]; then mv "$out.tmp/$dir" "$out.tmp/$1"; fi
       for b in "${renames[@]}"; do
         if [[ $b == *=* ]]; then mv "$out.tmp/${b#*=}" "$out.tmp/${b%%=*}"; fi
