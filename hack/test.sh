@@ -43,12 +43,14 @@ eval "args=(${PYTEST_ARGS:-})"
 # $report/NAME.xml and its output in $report/NAME.log, shown as it comes but with --quiet (a
 # session run beside another is shown after it); with --nice at a lower priority (nice 10,
 # against this run's other processes only: see start_host). Fails with pytest's exit code, but
-# for 5 (nothing selected).
+# for 5 (nothing selected). Shown through tee's own output: a redirection to /dev/stdout opens
+# again the file this run's output goes to (make test >FILE), from its start, losing what the
+# run had written there (lint, the build).
 session() {
-  local name=$1 out=/dev/stdout got prefix=()
+  local name=$1 shown=1 got prefix=()
   shift
   if [[ $1 == --quiet ]]; then
-    out=/dev/null
+    shown=""
     shift
   fi
   if [[ $1 == --nice ]]; then
@@ -56,7 +58,7 @@ session() {
     shift
   fi
   "${prefix[@]}" "$bin/pytest" "$@" --junitxml="$report/$name.xml" "${args[@]}" 2>&1 |
-    tee "$report/$name.log" >"$out"
+    if [[ -n $shown ]]; then tee "$report/$name.log"; else cat >"$report/$name.log"; fi
   got=${PIPESTATUS[0]}
   [[ $got -eq 0 || $got -eq 5 ]] || return "$got"
 }
