@@ -37,7 +37,12 @@ def test_make_test_into_a_file_keeps_what_came_before_the_tests(tmp_path: Path) 
     log = tmp_path / "make-test.log"
     with log.open("w") as out:
         done = subprocess.run(
-            ["bash", "hack/test.sh"], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=env
+            ["bash", "hack/test.sh"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=300,
         )
     text = log.read_text(errors="replace")
     assert done.returncode == 0, text
