@@ -226,6 +226,15 @@ def table(res: dict[str, Any]) -> list[str]:
             f"API requests {s8['requests']}; {s8['written']} of {s8['jobs']} jobs show their "
             "last report |"
         )
+        if flood := s8.get("flood"):
+            rows.append(
+                f"| S8 under a stranger's flood: every job reports once while made-up tokens "
+                f"come from 4 threads for 10 s ({flood['stranger_requests']} requests, answered "
+                f"{flood['stranger_answers']}) | jobs' reports p50 {flood['job_p50_ms']:.0f} ms, "
+                f"p99 {flood['job_p99_ms']:.0f} ms, {flood['job_reports']} taken | - | - | - | "
+                f"operator CPU {flood['cpu_per_1000_stranger_requests']:.2f} s per 1000 of the "
+                f"flood's requests; TokenReviews meanwhile {flood['reviews']} |"
+            )
     if s9 := res.get("s9"):
         kinds = ", ".join(f["kind"] for f in s9["failures"])
         for name, run in s9["runs"].items():

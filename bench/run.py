@@ -170,6 +170,20 @@ def s9_alone(
     return 0
 
 
+def s8_alone(cluster: Cluster, pool: ThreadPoolExecutor, sizes: dict[str, int]) -> int:
+    """S8 by itself (``--s8-only``), its figures in results/ (not the README's table)."""
+    log(f"S8: {sizes['s8_jobs']} jobs reporting progress, a fresh operator")
+    ours = Ours(cluster, pool)
+    with ours.running():
+        s8 = progress_cost(ours, sizes["s8_jobs"], sizes["s8_window"])
+    log(f"S8: {s8}")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M")
+    out = RESULTS / f"s8-{sizes['s8_jobs']}-{stamp}.json"
+    out.write_text(json.dumps(s8, indent=1) + "\n")
+    print(out, flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 13 min here)")
@@ -190,6 +204,9 @@ def main() -> int:
     parser.add_argument("--s7-only", action="store_true", help="run S7 (recovery, real node) alone")
     parser.add_argument(
         "--s5-only", action="store_true", help="run S5 (2048 workers; raw, ours, JobSet) alone"
+    )
+    parser.add_argument(
+        "--s8-only", action="store_true", help="run S8 (progress at 1000 jobs; ours) alone"
     )
     args = parser.parse_args()
     s9_configs = tuple(w for w in (args.s9_only or "").split(",") if w) or None
@@ -217,6 +234,9 @@ def main() -> int:
     if args.s5_only:
         cluster.bench_nodes()
         return s5_alone(cluster, pool, sizes["s5_nodes"])
+    if args.s8_only:
+        cluster.bench_nodes()
+        return s8_alone(cluster, pool, sizes)
     cluster.bench_nodes()
     res: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

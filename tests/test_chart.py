@@ -271,8 +271,26 @@ def test_service_account_runs_a_job_and_is_denied_the_rest(
         )
     finally:
         op.stop()
-    log = op.output()
-    assert "403" not in log and "Forbidden" not in log, log
+    assert not denials(op.output()), op.output()
+
+
+def denials(log: str) -> list[str]:
+    """The lines of an operator's log that say the API server denied it something: its every
+    403 says Forbidden (the status's reason; its message: "... is forbidden: User ..."), however
+    the log renders it. Not the bare number: a line stamped 23:31:16,403 holds it too."""
+    return [line for line in log.splitlines() if "forbidden" in line.lower()]
+
+
+def test_a_denial_is_found_by_its_words_not_by_a_number_a_timestamp_holds() -> None:
+    """Issue 68: ``"403" not in log`` failed a run on a line stamped 23:31:16,403."""
+    stamped = "[2026-11-29 23:31:16,403] kopf.objects [INFO] [ns/rbac] AllWorkersSucceeded"
+    assert denials(stamped) == []
+    for denied in (
+        'pods "rbac-worker-0" is forbidden: User "system:serviceaccount:s:ddp" cannot delete',
+        "(403)\nReason: Forbidden\nHTTP response headers: ...",
+        "kopf._cogs.clients.errors.APIForbiddenError: ('pods is forbidden', ...)",
+    ):
+        assert denials(f"{stamped}\n{denied}\n{stamped}"), denied
 
 
 @pytest.mark.cluster
@@ -396,3 +414,31 @@ def test_multikueue_rbac_for_kueue_is_off_by_default_and_bound_to_kueue_when_ask
     )
     (subject,) = binding["subjects"]
     assert (subject["name"], subject["namespace"]) == ("kueue-controller-manager", "kueue-system")
+
+
+def test_a_network_policy_admits_only_workers_to_the_progress_port() -> None:
+    """By default only pods with the worker label (in the watched namespaces) reach the progress
+    port; liveness and metrics stay open to all; trusted sources reach the operator's flag."""
+    docs = render("watchNamespaces={team-a}")
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    progress, others = policy["spec"]["ingress"]
+    assert progress["ports"] == [{"port": "progress", "protocol": "TCP"}]
+    (peer,) = progress["from"]
+    assert peer["podSelector"]["matchExpressions"] == [
+        {"key": "ddp-operator.io/job-name", "operator": "Exists"}
+    ]
+    assert peer["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a"]
+    assert "from" not in others and [p["port"] for p in others["ports"]] == ["healthz", "metrics"]
+    assert (
+        next(d for d in render() if d["kind"] == "NetworkPolicy")["spec"]["ingress"][0]["from"][0][
+            "namespaceSelector"
+        ]
+        == {}
+    )
+    assert not [
+        d for d in render("progress.networkPolicy.enabled=false") if d["kind"] == "NetworkPolicy"
+    ]
+    args = next(
+        d for d in render("progress.trustedSources={10.0.0.0/8}") if d["kind"] == "Deployment"
+    )["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--progress-trusted-sources=127.0.0.0/8,::1/128,10.0.0.0/8" in args

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ddp_operator.decide import culprit, hangs
+from ddp_operator.decide import culprit, hangs, quiet
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.model.jobspec import resolve
 from ddp_operator.model.workers import WorkerPod
@@ -34,7 +34,7 @@ def stack(
 ) -> dict[str, Any]:
     worker = rank // procs
     kept = culprit.normalize(
-        {"rank": rank, "frames": frames, **more}, worker, procs, f"j-worker-{worker}", NOW
+        {"rank": rank, "frames": frames, **more}, worker, 64, f"j-worker-{worker}", NOW
     )
     return {**kept, "at": at(ago)}
 
@@ -118,9 +118,9 @@ def test_nobody_is_named_without_one_worker_outside_and_one_rank_waiting(
     assert culprit.named(stacks, NOW - timedelta(seconds=30)) is None, why
 
 
-def test_a_stack_is_taken_only_for_its_pods_ranks_and_bounded() -> None:
-    with pytest.raises(culprit.BadStack, match="rank 3 is not one of j-worker-0's"):
-        culprit.normalize({"rank": 3, "frames": []}, 0, 2, "j-worker-0", NOW)
+def test_a_stack_is_taken_only_for_a_rank_of_the_world_and_bounded() -> None:
+    with pytest.raises(culprit.BadStack, match="rank 4 is not in the job's world of 4 ranks"):
+        culprit.normalize({"rank": 4, "frames": []}, 0, 4, "j-worker-0", NOW)
     for raw in ({"rank": "0", "frames": []}, {"rank": 0, "frames": [1]}, ["rank"]):
         with pytest.raises(culprit.BadStack):
             culprit.normalize(raw, 0, 1, "j-worker-0", NOW)
@@ -171,3 +171,66 @@ def test_an_elastic_job_replaces_the_worker_that_hung_alone() -> None:
     first = p.status["firstFailure"]
     assert (first["worker"], first["node"], first["action"]) == (1, "n1", "ReplaceWorker")
     assert [x.name for x in p.delete] == ["j-worker-1"]
+
+
+def torchrun_ranks(workers: int, procs: int, absent: tuple[int, ...] = ()) -> dict[int, list[int]]:
+    """The global ranks torchrun's c10d rendezvous gives each worker's processes: nodes numbered
+    in the sorted order of their descriptors (host name first), the workers of the round only."""
+    hosts = sorted((f"j-worker-{i}", i) for i in range(workers) if i not in absent)
+    return {i: [n * procs + p for p in range(procs)] for n, (_, i) in enumerate(hosts)}
+
+
+def test_an_elastic_hang_of_12_workers_names_the_pod_that_sent_the_stack() -> None:
+    """Issue 68: a stack was refused unless its rank divided by the pod's processes gave the
+    pod's index; torchrun numbers j-worker-10 node 2 (ranks 4 and 5) and j-worker-2 node 4, so
+    20 of 24 stacks were refused and a hang with every other rank in one all_reduce was never
+    named. Each stack is taken from the pod that runs its rank, and that pod is named."""
+    ranks = torchrun_ranks(12, 2)
+    assert ranks[10] == [4, 5] and ranks[2] == [8, 9]
+    stacks: dict[int, dict[str, Any]] = {}
+    for worker, mine in ranks.items():
+        for rank in mine:
+            frames = SLEEPS if worker == 10 else WAITS
+            raw = {"rank": rank, "frames": frames, "collectives": [pg(31 - (worker == 10), 30)]}
+            kept = culprit.normalize(raw, worker, 24, f"j-worker-{worker}", NOW)
+            culprit.keep(stacks, {**kept, "at": at(10)}, 2)
+    assert sorted(stacks) == list(range(24))
+    found = culprit.named(stacks, NOW - timedelta(seconds=30))
+    assert found is not None and (found.index, found.pod, found.rank) == (10, "j-worker-10", 4)
+    assert found.words.startswith("j-worker-10 (rank 4) never joined all_reduce #31 (default_pg)")
+    # The quiet check counts each worker's ranks by the pod that sent them: all 12 stand still.
+    body = ddpjob("j", "ns", nodes=12, procsPerNode=2, stallDetection={"timeoutSeconds": 30})
+    conds = [{"type": "Running", "status": "True", "lastTransitionTime": at(600)}]
+    current = {i: WorkerPod(f"j-worker-{i}", i, 0, "Running") for i in range(12)}
+    stall, _ = quiet.check(resolve(body), {"conditions": conds}, current, NOW, stacks)
+    assert stall is None  # quiet for 10 s only: not yet, but not for want of stacks
+    old = {r: {**s, "at": at(5), "quietSeconds": 40} for r, s in stacks.items()}
+    stall, _ = quiet.check(resolve(body), {"conditions": conds}, current, NOW, old)
+    assert stall is not None and (stall.index, stall.pod) == (10, "j-worker-10")
+
+
+def test_a_round_without_a_worker_moves_the_ranks_and_each_pod_keeps_its_latest() -> None:
+    """Worker 1 of 3 (one process each) lost: the round of 2 gives j-worker-2 rank 1. Its
+    stack of rank 1 replaces j-worker-1's, its own of rank 2 goes (one process: one rank), and
+    the worker named is the pod that sent the stack."""
+    stacks: dict[int, dict[str, Any]] = {}
+
+    def said(worker: int, rank: int, frames: list[str], ago: float) -> None:
+        kept = culprit.normalize(
+            {"rank": rank, "frames": frames}, worker, 3, f"j-worker-{worker}", NOW
+        )
+        culprit.keep(stacks, {**kept, "at": at(ago)}, 1)
+
+    before, after = torchrun_ranks(3, 1), torchrun_ranks(3, 1, absent=(1,))
+    assert before == {0: [0], 1: [1], 2: [2]} and after == {0: [0], 2: [1]}
+    for worker, (rank,) in before.items():
+        said(worker, rank, WAITS, 50)
+    for worker, (rank,) in after.items():
+        said(worker, rank, SLEEPS if worker == 2 else WAITS, 10)
+    assert {r: s["pod"] for r, s in stacks.items()} == {0: "j-worker-0", 1: "j-worker-2"}
+    found = culprit.named(stacks, NOW - timedelta(seconds=30))
+    assert found is not None and (found.index, found.pod, found.rank) == (2, "j-worker-2", 1)
+    # A pod keeps at most its processes' worth of ranks, its latest.
+    for rank, ago in ((0, 9), (2, 8)):
+        said(2, rank, SLEEPS, ago)
+    assert {r: s["pod"] for r, s in stacks.items()} == {2: "j-worker-2"}

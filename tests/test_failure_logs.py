@@ -1,7 +1,8 @@
 """The whole story when the tail is not enough (``decide/failure_logs``, ``act/failure_logs``):
 a failure whose termination message holds no exception asks for its log; the log's words
 replace the message's where they hold one (summary, ``message``, rules); a read that fails
-names why and leaves the message's words; a job loop reads once per failed attempt.
+names why and leaves the message's words; a job loop reads the logs a plan asks for at once,
+each once per pod and failed attempt.
 The logs are constructed (tests/data/torch/README.md); a message is the log's last 2048 bytes,
 as the kubelet keeps it."""
 
@@ -220,10 +221,10 @@ def test_the_plan_asks_for_the_deciding_failure_s_log_and_acts_on_it_once_read()
     status = {"conditions": [], "startTime": "2026-01-01T00:00:00Z"}
     now = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     first = plan(j, status, [failed(), running], now, generation=1)
-    assert first.read_log is not None and first.read_log.pod == "j-worker-0"
+    assert [ask.pod for ask in first.read_logs] == ["j-worker-0"]
     read = read_from(failed(), "torchrun-no-record")
     again = plan(j, status, [failed(), running], now, generation=1, logs={read.key: read})
-    assert again.read_log is None
+    assert again.read_logs == []
     named = again.status["firstFailure"]
     assert named["summary"].startswith(NAN) and named["source"] == "Log"
     said = next(c for c in again.status["conditions"] if c["type"] == "Restarting")["message"]
@@ -253,7 +254,7 @@ def reads(answer: Any, attempts: list[int]) -> tuple[FakeKube, FailureLogs, list
 
     async def passes() -> list[bool]:
         asks = [dataclasses.replace(ask, attempt=a) for a in attempts]
-        return [await logs.read(job(), one, {}) for one in asks]
+        return [await logs.read(job(), [one], {}) for one in asks]
 
     assert asyncio.run(passes()) == [a not in attempts[:i] for i, a in enumerate(attempts)]
     return kube, logs, posted
@@ -312,3 +313,32 @@ def test_the_api_call_asks_for_the_end_of_the_log_within_the_bounds(previous: bo
     want = f"tailLines={fl.TAIL_LINES}&limitBytes={fl.LIMIT_BYTES}"
     want += "&previous=true" if previous else ""
     assert query == want + "&container=trainer" and kw["timeout"] == (5.0, 5.0)
+
+
+def test_the_logs_a_plan_asks_for_are_read_at_once_each_once_per_attempt() -> None:
+    # Each read answers only once every read has been asked: one after the other, the first
+    # would wait out its TIMEOUT_SECONDS and none would be read.
+    asked: list[str] = []
+    both = asyncio.Event()
+
+    class Together:
+        async def read_log(self, ns: str, pod: str, *rest: Any) -> tuple[str, bool]:
+            asked.append(pod)
+            if len(asked) == 2:
+                both.set()
+            await both.wait()
+            return log("torchrun-no-record"), False
+
+    posted: list[dict] = []
+    logs = FailureLogs(Together(), post=lambda body, **event: posted.append(event))  # type: ignore
+    ask = of_pod(failed()).ask(0)
+    assert ask is not None
+    other = dataclasses.replace(ask, pod="j-worker-1", uid="p1")
+
+    async def passes() -> list[bool]:
+        return [await logs.read(job(), [ask, other], {}) for _ in range(2)]
+
+    assert asyncio.run(passes()) == [True, False]  # the second pass reads neither again
+    assert asked == ["j-worker-0", "j-worker-1"]
+    assert [r.words.summary.startswith(NAN) for r in logs.known(job()).values()] == [True] * 2
+    assert [e["message"].split("'s log")[0][-10:] for e in posted] == ["j-worker-0", "j-worker-1"]

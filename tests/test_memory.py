@@ -89,3 +89,26 @@ def test_a_pod_created_lately_is_not_asked_for_again_until_seen_or_late() -> Non
     assert set(memory.requested) == {("j-worker-1", 0)}  # seen: forgotten
     memory.passed([], 1, False)
     assert memory.requested == {}  # a later attempt: the earlier one's are forgotten
+
+
+def test_an_in_place_pod_told_a_later_attempt_that_vanishes_is_a_replacement() -> None:
+    """Issue 68: pods seen were keyed by the attempt they were created in, losses by the one
+    they run; an elastic job's in-place pod created in 0 and told 2 that vanished (a force
+    delete: never seen terminating) recorded no failure, was created again uncounted and so
+    bypassed maxReplacements. Both ways it can go: its DELETED event seen, or not at all."""
+    body = ddpjob("j", "ns", nodes=3, minNodes=2, maxNodes=3)
+    body["metadata"]["uid"] = "u"
+    j = resolve(body)
+    told = functools.partial(own, phase="Running", in_place=True, told=2, restarted=2)
+    told = functools.partial(told, watching=True, started=True, trainer_running=True)
+    group = [told(f"j-worker-{i}", i, 0, uid=f"p{i}") for i in range(3)]
+    for deleted_event in (True, False):
+        memory = Memory({"restarts": 2, "createdInAttempt": 0})
+        step(j, memory, group)
+        assert memory.attempt == 2 and memory.status["replacements"] == 0
+        if deleted_event:
+            memory.gone(group[2], "u")
+        p = step(j, memory, group[:2])
+        assert memory.status["replacements"] == 1, deleted_event
+        assert memory.status["replacing"] == [{"index": 2, "uid": ""}], deleted_event
+        assert memory.status["restarts"] == 2 and p.create == [2], deleted_event  # its successor

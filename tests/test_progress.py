@@ -185,6 +185,28 @@ def test_a_phase_is_sent_at_once_with_its_bound(endpoint: Endpoint, monkeypatch)
     assert len(endpoint.got) == 2
 
 
+def test_a_phase_goes_at_once_only_where_it_is_not_the_one_last_sent(
+    endpoint: Endpoint, monkeypatch
+) -> None:
+    """Issue 68: Lightning's callback reports each checkpoint save as a phase, ended by the next
+    step; a save at every step made every report urgent, one post a step whatever the
+    interval. The same phase again, before the report that ended it went, waits its turn."""
+    monkeypatch.setenv("RANK", "0")
+    r = progress.Reporter(endpoint.url, None, interval=60)
+    r.report(10, 100)
+    wait_for(lambda: len(endpoint.got) == 1, 5, what="the first report")
+    r.report(10, 100, phase="checkpoint")
+    wait_for(lambda: len(endpoint.got) == 2, 5, what="the phase's report, within the interval")
+    for step in (11, 12):  # a step, then the next save: the operator knows that phase
+        r.report(step, 100)
+        r.report(step, 100, phase="checkpoint")
+    with r._cond:
+        assert r._pending is not None and r._pending["step"] == 12 and not r._urgent
+    r.report(12, 100, phase="validation")  # another phase: at once
+    wait_for(lambda: len(endpoint.got) == 3, 5, what="the new phase's report")
+    assert [g.get("phase") for g in endpoint.got] == [None, "checkpoint", "validation"]
+
+
 def test_a_phase_the_operator_would_refuse_is_left_out_and_a_metric_named_phase_kept(
     endpoint: Endpoint, monkeypatch, capsys
 ) -> None:

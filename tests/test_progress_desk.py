@@ -11,7 +11,9 @@ from typing import Any
 
 from ddp_operator.act import progress_desk
 from ddp_operator.act.progress_desk import ProgressDesk
+from ddp_operator.act.runner import JobRunner
 from ddp_operator.api.progress_server import Sender
+from ddp_operator.model.jobspec import resolve
 from ddp_operator.model.workers import WorkerPod
 
 from jobs import ddpjob
@@ -204,9 +206,91 @@ def test_where_a_quiet_rank_stands_is_kept_for_its_attempt_and_never_written() -
     jobs.loop.body["spec"]["nodes"] = 1
     assert asyncio.run(desk.accept(*KEY, SENDER, said)) == (202, "taken")
     assert jobs.loop.poked == 1  # every rank has: it looks
-    # Worker 0 (one process a pod) has no rank 1; a stack of an earlier attempt is refused.
+    # A world of one rank has no rank 1; a stack of an earlier attempt is refused.
     code, why = asyncio.run(desk.accept(*KEY, SENDER, {"stack": {"rank": 1, "frames": []}}))
-    assert code == 400 and "rank 1 is not one of j-worker-0's" in why
+    assert code == 400 and "rank 1 is not in the job's world of 1 ranks" in why
     stale = {**said, "attempt": 1}
     assert asyncio.run(desk.accept(*KEY, SENDER, stale))[0] == 409
     desk.forget(KEY)
+
+
+def test_every_rank_of_12_workers_is_taken_from_the_pod_torchrun_gave_it() -> None:
+    """Issue 68: with 12 workers x 2 processes torchrun numbers the nodes in the sorted order of
+    their host names (j-worker-10 is node 2: ranks 4 and 5), and 20 of the 24 stacks were
+    refused (400). Each is taken from its pod, kept with that pod's index, and once all 24 have
+    said the loop looks; a pod keeps no more ranks than its processes."""
+    writes, jobs = Writes(), Jobs()
+    jobs.loop.body = {**ddpjob("j", "ns", nodes=12, procsPerNode=2), "status": {}}
+    jobs.loop.body["metadata"]["uid"] = "job-uid"
+    jobs.loop.stacks, jobs.loop.stacks_attempt = {}, -1  # type: ignore[attr-defined]
+    pods = [WorkerPod(f"j-worker-{i}", i, 0, uid=f"u{i}", owner_uid="job-uid") for i in range(12)]
+    jobs.index = type("Index", (), {"get": staticmethod(lambda key: pods)})()
+    desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
+    hosts = sorted(p.name for p in pods)  # c10d's node ranks
+    frames = ["tmp/t.py:10 <module>", "torch/distributed/distributed_c10d.py:2950 all_reduce"]
+    for node, name in enumerate(hosts):
+        sender = Sender("ns", name, f"u{int(name.rsplit('-', 1)[1])}")
+        for rank in (2 * node, 2 * node + 1):
+            said = {"stack": {"rank": rank, "frames": frames}, "attempt": 0}
+            assert asyncio.run(desk.accept(*KEY, sender, said)) == (202, "taken"), (name, rank)
+    stacks = jobs.loop.stacks  # type: ignore[attr-defined]
+    assert sorted(stacks) == list(range(24)) and jobs.loop.poked == 1
+    assert (stacks[4]["worker"], stacks[5]["pod"]) == (10, "j-worker-10")
+    assert (stacks[8]["worker"], stacks[9]["pod"]) == (2, "j-worker-2")
+    # Past the world, refused; a third rank from a pod of two processes pushes out its oldest.
+    sender = Sender("ns", "j-worker-0", "u0")
+    code, why = asyncio.run(desk.accept(*KEY, sender, {"stack": {"rank": 24, "frames": []}}))
+    assert code == 400 and "rank 24 is not in the job's world of 24 ranks" in why
+    assert (
+        asyncio.run(desk.accept(*KEY, sender, {"stack": {"rank": 23, "frames": frames}}))[0] == 202
+    )
+    assert sorted(r for r, s in stacks.items() if s["pod"] == "j-worker-0") == [1, 23]
+    desk.forget(KEY)
+
+
+def test_a_pod_told_a_later_attempt_reports_for_it_while_the_status_says_the_one_before() -> None:
+    """Issue 68: reports were judged against ``status.restarts``, so while the status write
+    that says attempt 2 had not landed (or was lost), the group's pods, already told 2 and
+    restarted, had their progress and stacks refused (403). They are judged against the
+    group's attempt, the one the job loop acts on; and the loop takes those stacks."""
+
+    async def scenario() -> None:
+        body = {**ddpjob("j", "ns", nodes=2), "status": {"restarts": 1}}
+        body["metadata"] |= {"uid": "job-uid", "resourceVersion": "1"}
+        pods = [
+            WorkerPod(
+                f"j-worker-{i}",
+                i,
+                0,
+                "Running",
+                uid=f"u{i}",
+                owner_uid="job-uid",
+                in_place=True,
+                told=2,
+                restarted=2,
+                started=True,
+                watching=True,
+            )
+            for i in range(2)
+        ]
+        loop = JobRunner(KEY, body, None, None)  # type: ignore[arg-type]
+        await loop.stop()  # its pass is not what is tested: what it takes of the desk is
+        jobs = Jobs()
+        jobs.loop = loop  # type: ignore[assignment]
+        jobs.index = type("Index", (), {"get": staticmethod(lambda key: pods)})()
+        writes = Writes()
+        desk = ProgressDesk(writes, jobs)  # type: ignore[arg-type]
+        sender = Sender("ns", "j-worker-1", "u1")
+        assert await desk.accept(*KEY, sender, {"step": 3, "total": 9}) == (202, "taken")
+        assert writes.patches[0]["progress"]["attempt"] == 2
+        assert (await desk.accept(*KEY, sender, {"step": 4, "attempt": 1}))[0] == 409
+        frames = ["tmp/t.py:9 <module>"]
+        said = {"stack": {"rank": 1, "frames": frames}, "attempt": 2}
+        assert await desk.accept(*KEY, sender, said) == (202, "taken")
+        taken = loop._stacks(resolve(body), pods)
+        assert list(taken) == [1] and taken[1]["pod"] == "j-worker-1"
+        # A pass that sees the group back at the status's attempt takes none of them.
+        assert loop._stacks(resolve(body), [dataclasses.replace(p, told=1) for p in pods]) == {}
+        desk.forget(KEY)
+
+    asyncio.run(scenario())

@@ -126,3 +126,38 @@ def test_a_report_s_time_has_milliseconds_so_that_a_step_of_half_a_second_is_tim
     later = pr.normalize({"step": 40}, t0 + timedelta(seconds=9.5))
     assert first["updated"] == "2026-11-27T12:00:00.900Z"
     assert pr.carry(first, later)["stepSeconds"] == 0.5
+
+
+def test_a_report_without_a_step_never_moves_the_step_nor_opens_the_attempt_s_clock() -> None:
+    """Issue 68: a stepless report (Kubeflow's start, a percentage alone: it carries the step
+    the job knew) keeps the clock of its attempt, or, the first of a new attempt, starts only
+    its stall clock (``advanced``); the attempt's first real step opens its step interval."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def taken(step: int, seconds: int, attempt: int, **more: object) -> dict:
+        payload = {"step": step, "attempt": attempt, "protocol": "kubeflow", **more}
+        return pr.normalize(payload, t0 + timedelta(seconds=seconds))
+
+    before = pr.carry(pr.carry(None, taken(0, 0, 0)), taken(520, 520, 0))
+    assert (before["sinceStep"], before["stepSeconds"]) == (0, 1.0)
+    same = pr.carry(before, taken(520, 530, 0, stepless=True))
+    assert same == {**before, "updated": same["updated"]}  # nothing moved but the time taken
+    start = pr.carry(before, taken(520, 600, 1, stepless=True))
+    assert start["advanced"] == start["updated"] and start["protocol"] == "kubeflow"
+    assert not {"since", "sinceStep", "stepSeconds", "stepless"} & set(start)
+    first = pr.carry(start, taken(501, 730, 1))
+    assert (first["since"], first["sinceStep"], first["advanced"]) == (
+        first["updated"],
+        501,
+        first["updated"],
+    )
+    assert pr.carry(first, taken(502, 860, 1))["stepSeconds"] == 130.0
+    phased = pr.normalize({"step": 5, "stepless": True, "phase": "eval"}, t0)
+    assert "stepless" not in phased  # a phase is news: its report is no stepless one
+
+
+def test_the_protocol_a_report_came_by_is_kept_and_checked() -> None:
+    assert pr.normalize({"step": 1, "protocol": "kubeflow"}, NOW)["protocol"] == "kubeflow"
+    assert "protocol" not in pr.normalize({"step": 1}, NOW)
+    with pytest.raises(pr.BadReport, match="protocol must be one of kubeflow"):
+        pr.normalize({"step": 1, "protocol": "mine"}, NOW)

@@ -7,6 +7,7 @@ from ddp_operator.api.progress_server import Sender, sender_of
 
 POD = {
     "authenticated": True,
+    "audiences": ["ddp-operator.io/progress"],
     "user": {
         "username": "system:serviceaccount:team-a:default",
         "extra": {
@@ -41,36 +42,43 @@ def test_the_operator_needs_the_url_pods_reach_it_by_when_it_listens_everywhere(
     assert "--progress-url is needed" in capsys.readouterr().err
 
 
-def test_new_tokens_are_reviewed_within_a_bucket_and_strangers_shapes_never() -> None:
-    import asyncio
-
-    import pytest
-
-    from ddp_operator.api.progress_server import Busy, TokenReviewer
-
-    reviewer = TokenReviewer(kube=None, per_second=2.0, burst=3)  # type: ignore[arg-type]
-    refused = asyncio.run(reviewer.sender("not-a-token"))  # no API call: the kube is None
-    assert refused.refused == "the token is no service account token (not a JWT)"
-    reviewer._at = 100.0
-    assert [reviewer._spend(100.0) for _ in range(4)] == [True, True, True, False]
-    assert reviewer._spend(100.5) and not reviewer._spend(100.5)  # 2 a second: one in 0.5 s
-    reviewer._allowed, reviewer._at = 0.0, float("inf")  # spent, none back yet
-    with pytest.raises(Busy, match="too many new tokens"):
-        asyncio.run(reviewer.sender("a.b.c"))
+def test_a_token_for_another_audience_is_refused() -> None:
+    """A token of the pod's own service account, made for another audience (the API server's
+    default one, say), is no progress token."""
+    other = {**POD, "audiences": ["https://kubernetes.default.svc"]}
+    assert "not for the audience ddp-operator.io/progress" in sender_of({"status": other}).refused
 
 
-def test_a_token_the_api_server_vouched_for_is_never_held_by_the_bucket() -> None:
+def test_a_token_the_api_server_vouched_for_is_never_held_by_the_budget() -> None:
+    """The pod's own token, reviewed once, is reviewed again (its answer expired) though the
+    pod's budget of new reviews is spent; a new token of the pod is then held (429), and a
+    token of a pod that is no worker of ours, or sent from another address, is never reviewed."""
     import asyncio
     import json
 
-    from ddp_operator.api.progress_server import TokenReviewer
+    import pytest
+    from test_report_gate import WORKER, token
+
+    from ddp_operator.api.progress_server import Busy, TokenReviewer
+    from ddp_operator.decide.report_gate import ReviewBudget
 
     class Reviews:
+        asked = 0
+
         async def _call(self, *args, **kw) -> bytes:
+            Reviews.asked += 1
             return json.dumps({"status": POD}).encode()
 
-    reviewer = TokenReviewer(kube=Reviews(), per_second=1.0, burst=1)  # type: ignore[arg-type]
-    assert asyncio.run(reviewer.sender("a.b.c")).pod == "j-worker-0"
-    reviewer._seen.clear()  # its answer expired, and strangers spent the bucket
-    reviewer._allowed, reviewer._at = 0.0, float("inf")
-    assert asyncio.run(reviewer.sender("a.b.c")).pod == "j-worker-0"
+    workers = {WORKER.uid: WORKER}
+    reviewer = TokenReviewer(Reviews(), workers.get, (), ReviewBudget(per_second=1e-9, burst=1))  # type: ignore[arg-type]
+    own = token("team-a", "j-worker-0", "uid-0")
+    assert asyncio.run(reviewer.sender(own, "198.18.0.7")).pod == "j-worker-0"
+    reviewer._seen.clear()  # its answer expired; the budget is spent
+    assert asyncio.run(reviewer.sender(own, "198.18.0.7")).pod == "j-worker-0"
+    with pytest.raises(Busy, match="too many new tokens of pod j-worker-0"):
+        asyncio.run(reviewer.sender(own + "x", "198.18.0.7"))
+    stranger = asyncio.run(reviewer.sender(own, "198.18.0.99"))
+    assert stranger.stranger and "not pod j-worker-0's address" in stranger.refused
+    forged = asyncio.run(reviewer.sender(token("team-a", "x", "uid-x"), "198.18.0.7"))
+    assert forged.stranger and "no worker of a job this operator runs" in forged.refused
+    assert Reviews.asked == 2

@@ -292,7 +292,7 @@ def test_two_real_ranks_of_an_unmodified_script_name_the_one_that_hung(
 
     def latest() -> dict[int, dict]:
         return {
-            r: culprit.normalize(g["stack"], r, 1, f"w-{r}", now)
+            r: culprit.normalize(g["stack"], r, 2, f"w-{r}", now)
             for g in stacks(endpoint.got)
             if (r := g["stack"]["rank"]) is not None
         }

@@ -137,7 +137,7 @@ def test_a_quiet_stall_names_the_worker_whose_rank_stood_outside_torch() -> None
     sleeps = ["t.py:9 <module>"]
 
     def stack(rank: int, frames: list[str], ago: float) -> dict[str, Any]:
-        kept = culprit.normalize({"rank": rank, "frames": frames}, rank, 1, f"j-worker-{rank}", NOW)
+        kept = culprit.normalize({"rank": rank, "frames": frames}, rank, 2, f"j-worker-{rank}", NOW)
         return {**kept, "at": at(ago)}
 
     current = {0: worker(0, quiet_for=90), 1: worker(1, quiet_for=61)}
@@ -164,7 +164,7 @@ def gpu_stack(ago: float, quiet_for: int) -> dict[str, Any]:
     """Rank 0 on a real H200 (torch 2.11, NCCL, its pod's CPU 100% busy): its watch's stack, the
     script's own line waiting on the GPU, its recorder in all_reduce #4."""
     raw = {**GPU_STACKS["posts"][-1]["stack"], "quietSeconds": quiet_for}
-    return {**culprit.normalize(raw, 0, 1, "j-worker-0", NOW), "at": at(ago)}
+    return {**culprit.normalize(raw, 0, 2, "j-worker-0", NOW), "at": at(ago)}
 
 
 def culprit_stack(ago: float, quiet_for: int) -> dict[str, Any]:
@@ -175,7 +175,7 @@ def culprit_stack(ago: float, quiet_for: int) -> dict[str, Any]:
         "collectives": [{"group": "default_pg", "entered": 3, "completed": 3, "op": "all_reduce"}],
         "quietSeconds": quiet_for,
     }
-    return {**culprit.normalize(raw, 1, 1, "j-worker-1", NOW), "at": at(ago)}
+    return {**culprit.normalize(raw, 1, 2, "j-worker-1", NOW), "at": at(ago)}
 
 
 def test_an_nccl_hang_whose_pods_spin_is_found_by_the_ranks_own_stacks() -> None:
@@ -210,3 +210,28 @@ def test_an_nccl_hang_whose_pods_spin_is_found_by_the_ranks_own_stacks() -> None
 
 def test_a_rank_says_it_is_still_quiet_as_often_as_the_operator_expects() -> None:
     assert progress_stacks.RESEND == c.STACK_RESEND_SECONDS
+
+
+def test_a_kubeflow_script_s_evaluation_is_no_stall_while_a_worker_computes() -> None:
+    """Issue 68: Hugging Face's KubeflowCallback posts at step ends only and cannot announce a
+    phase, so its evaluation outlasting the stall timeout was a restart. Its step stall now
+    waits while some worker computes (the same signal as a script that reports nothing), up to
+    an hour from the last advance; with every worker quiet it stands, as it does for a script
+    reporting by ``progress.report``, which can announce its evaluation."""
+    evaluating = {"attempt": 0, "step": 40, "advanced": at(90), "protocol": "kubeflow"}
+    busy = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=80)}
+    stall, later = quiet.stalled(JOB, running(), busy, evaluating, {}, 0, NOW)
+    assert stall is None and later == pytest.approx(3600 - 90)
+    hung = {0: worker(0, quiet_for=80), 1: worker(1, quiet_for=80)}
+    stall, _ = quiet.stalled(JOB, running(), hung, evaluating, {}, 0, NOW)
+    assert stall is not None and stall.reason == "Stalled"
+    spinning = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=None)}
+    still = {0: gpu_stack(5, 76), 1: culprit_stack(10, 70)}  # NCCL ranks: their stacks say it
+    assert quiet.stalled(JOB, running(), spinning, evaluating, still, 0, NOW)[0] is not None
+    ours = {k: v for k, v in evaluating.items() if k != "protocol"}
+    assert quiet.stalled(JOB, running(), busy, ours, {}, 0, NOW)[0] is not None
+    long = {**evaluating, "advanced": at(3601)}
+    stall, _ = quiet.stalled(JOB, running(since=4000), busy, long, {}, 0, NOW)
+    assert stall is not None and stall.message.endswith(
+        "; its processes still compute, past the 3600s allowed to a stretch without steps"
+    )

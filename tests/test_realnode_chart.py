@@ -16,11 +16,22 @@ import yaml
 
 from harness import jobs
 from harness.cluster import ROOT, Cluster, tool, wait_for
-from harness.realnode import NODE, ON_REAL_NODE, trainer_job
+from harness.realnode import NODE, ON_REAL_NODE, pod_on_real_node, trainer_job, wait_pod_done
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
 
 CHART = ROOT / "charts" / "ddp-operator"
+# Whether the operator's progress port answers this pod: "REACHED" or "UNREACHABLE" (within 5 s).
+PROBE = """
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=5)
+    print("REACHED")
+except urllib.error.HTTPError as e:
+    print("REACHED", e.code)
+except Exception as e:
+    print("UNREACHABLE", type(e).__name__, e)
+"""
 
 
 @pytest.fixture
@@ -99,6 +110,14 @@ def test_the_chart_runs_the_operator_image_as_a_real_pod(
     text = wait_for(lambda: _scrape(f"http://{ip}:9090/metrics"), timeout=30, what="the metrics")
     assert "ddp_operator_pods_created_total 2.0" in text, text
     assert 'ddp_operator_progress_reports_total{result="accepted"}' in text, text
+    # The chart's NetworkPolicy: a pod that is no worker cannot reach the progress port, where
+    # the workers' reports came in (and the metrics port, above, is open).
+    url = f"http://{ip}:8090/readyz"
+    probe = ["python", "-c", PROBE, url]
+    cluster.core.create_namespaced_pod(ns, pod_on_real_node("stranger", images["trainer"], probe))
+    done = wait_pod_done(cluster, ns, "stranger")
+    said = cluster.core.read_namespaced_pod_log("stranger", ns, container="main")
+    assert done.status.phase == "Succeeded" and "UNREACHABLE" in said, said
     logs = cluster.kubectl("logs", "-n", system, name).stdout
     assert "Forbidden" not in logs and "Traceback" not in logs, logs
     # One process all along: it never crashed nor failed its liveness probe.

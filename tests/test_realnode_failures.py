@@ -6,6 +6,7 @@ termination message read from the log (``failure_policy``, ``failure_facts``, ``
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -71,6 +72,49 @@ WRAPPER = (
     'do echo "post-mortem $i: the node\'s disks, memory and devices, for the platform"; '
     "i=$((i+1)); done; exit $rc"
 )
+
+# Worker 1's rank raises; worker 0's breaks in the next collective (gloo: connection closed by
+# peer). Under torchrun without @record neither pod's termination message holds an exception.
+CAUSE_AND_ECHO = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+if dist.get_rank() == 1:
+    raise ValueError("bad batch 17 in shard 3")
+dist.all_reduce(torch.ones(1))  # worker 0: broken by worker 1's end
+"""
+HELD = "post-mortem done: the pod ends when the platform says"
+# The wrapper's post-mortem, then the platform's word (the test's) ends the pod.
+HELD_WRAPPER = WRAPPER.replace(
+    "exit $rc", f'echo "{HELD}"; while [ ! -e /tmp/end ]; do sleep 0.1; done; exit $rc'
+)
+
+
+def held(cluster: Cluster, namespace: str, pod: str) -> bool:
+    """Whether the pod's torchrun and its wrapper's post-mortem are done (HELD_WRAPPER): it runs
+    on until the test says."""
+    if pods.phase(cluster, namespace, pod) != "Running":
+        return False
+    last = cluster.core.read_namespaced_pod_log(pod, namespace, container="trainer")
+    return last.rstrip("\n").rsplit("\n", 1)[-1] == HELD
+
+
+def cause_and_echo(name: str, namespace: str, image: str) -> dict:
+    """A job of CAUSE_AND_ECHO under HELD_WRAPPER, a rule failing it on the cause's error."""
+    rule = {"name": "bad-batch", "action": "FailJob", "onMessagePattern": "ValueError: bad batch"}
+    job = trainer_job(
+        name,
+        namespace,
+        image,
+        ["sh", "-c", HELD_WRAPPER],
+        backoffLimit=3,
+        failurePolicy={"rules": [rule]},
+    )
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "SCRIPT", "value": textwrap.dedent(CAUSE_AND_ECHO)}]
+    return job
 
 
 def scripted(name: str, ns: str, image: str, script: str, launcher: str, **spec) -> dict:
@@ -187,7 +231,8 @@ def test_an_exception_beyond_the_termination_message_is_read_from_the_log_once(
 ) -> None:
     """torchrun without ``@record``, every rank raises a RuntimeError; a wrapper prints after
     torchrun. The termination message holds torchrun's Root Cause block, not the exception; the
-    operator reads the deciding worker's log once and names the exception from it."""
+    operator reads the failed workers' logs, each once (the deciding worker's among them), and
+    names the exception from it."""
     job = trainer_job("nan", namespace, images["trainer"], ["sh", "-c", WRAPPER], backoffLimit=0)
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     trainer["env"] = [{"name": "SCRIPT", "value": textwrap.dedent(EVERY_RANK_NAN)}]
@@ -212,6 +257,112 @@ def test_an_exception_beyond_the_termination_message_is_read_from_the_log_once(
         what="the workers ended",
     )
     read = [e for e in jobs.events(cluster, namespace, "nan") if e["reason"] == "FailureLogRead"]
-    assert sum(e.get("count") or 1 for e in read) == 1, read
-    assert f"of pod {first['pod']}'s log (container trainer)" in read[0]["message"], read
+    where = r"of pod (\S+)'s log \(container trainer\)"
+    got = [
+        re.search(where, e["message"]).group(1) for e in read for _ in range(e.get("count") or 1)
+    ]
+    assert first["pod"] in got and len(got) == len(set(got)), read
     assert not [e for e in jobs.events(cluster, namespace, "nan") if "Unreadable" in e["reason"]]
+
+
+def test_the_cause_s_own_log_decides_though_its_echo_ended_first(
+    cluster: Cluster, own_operator: tuple[str, list[OperatorProcess]], images: dict[str, str]
+) -> None:
+    """3 jobs at once: torchrun without ``@record``, worker 1's rank raises a ValueError and
+    worker 0's collective breaks; a wrapper prints after torchrun. Neither termination message
+    holds an exception, and worker 0 (the echo) ends first: the test ends it, then worker 1,
+    while the operator is down, so that a new one finds both failed in its first pass. It
+    reads both logs before ordering, and the rule on the ValueError fails every job at once,
+    naming worker 1."""
+    namespace, ops = own_operator
+    names = [f"echo{i}" for i in range(3)]
+    for name in names:
+        jobs.apply(cluster, cause_and_echo(name, namespace, images["trainer"]))
+    pods_ = [f"{name}-worker-{i}" for name in names for i in (0, 1)]
+
+    ready = lambda: all(held(cluster, namespace, p) for p in pods_)  # noqa: E731
+    wait_for(ready, timeout=300, what="every torchrun ended")
+    ops[0].kill()
+    for pod in pods_:  # worker 0, then worker 1 (an exec later: within the same few seconds)
+        end = ("exec", "-n", namespace, pod, "-c", "trainer", "--", "touch", "/tmp/end")
+        cluster.kubectl(*end, check=False)  # 137 where the container ends first (as told)
+
+    def ended(pod: str) -> bool:
+        status = trainer_status(cluster, namespace, pod)
+        return bool(status and status.state.terminated)
+
+    wait_for(lambda: all(ended(p) for p in pods_), timeout=120, what="every worker failed")
+    ops.append(OperatorProcess(cluster, namespace).start())
+    ops[-1].wait_ready()
+    for name in names:
+        done = wait_for(
+            lambda name=name: (
+                (j := jobs.get(cluster, namespace, name))
+                and ((s := j.get("status") or {}).get("phase") == "Failed" or s.get("restarts"))
+                and j
+            ),
+            timeout=60,
+            what=f"{name} failed or restarted",
+        )
+        status = done["status"]
+        first = status["firstFailure"]
+        assert status["restarts"] == 0 and status.get("countedRestarts", 0) == 0, first
+        assert (first["worker"], first["rule"], first["action"]) == (1, "bad-batch", "FailJob")
+        assert first["summary"] == "ValueError: bad batch 17 in shard 3", first
+        assert (first["source"], first["collateral"]) == ("Log", 1), first
+        failed = jobs.condition(done, "Failed")
+        assert failed["reason"] == "FailedByPolicy", failed
+        lead = f"{name}-worker-1 (rank 1, local rank 0) exited with code 1 (Error) on node {NODE}"
+        assert failed["message"].startswith(lead), failed
+        assert "raise ValueError" in first["message"], first  # the cause's traceback
+
+        def read_from(name: str = name) -> list[str]:  # each pod read from, once per read
+            found = jobs.events(cluster, namespace, name)
+            return sorted(
+                pod
+                for e in found
+                if e["reason"] == "FailureLogRead"
+                for pod in [re.search(r"of pod (\S+)'s log", e["message"]).group(1)]
+                * (e.get("count") or 1)
+            )
+
+        # Both logs, each once: the echo's says a peer went away, the cause's the ValueError.
+        both = [f"{name}-worker-0", f"{name}-worker-1"]
+        assert wait_for(lambda: len(read_from()) >= 2 and read_from(), timeout=15) == both
+
+
+def test_an_echo_seen_alone_waits_for_its_cause_whose_rule_then_decides(
+    cluster: Cluster, namespace: str, operator, images: dict[str, str]
+) -> None:
+    """The same job with the operator up all along: worker 0 (the echo) ends first and is seen
+    failed alone, its log saying only that a peer went away; worker 1 (the cause) ends a moment
+    later. The operator holds its decision for the cause (``echo_hold``), whose rule fails the
+    job with no restart, naming worker 1."""
+    jobs.apply(cluster, cause_and_echo("echo-live", namespace, images["trainer"]))
+    echo, cause = "echo-live-worker-0", "echo-live-worker-1"
+
+    ready = lambda: held(cluster, namespace, echo) and held(cluster, namespace, cause)  # noqa: E731
+    wait_for(ready, timeout=300, what="both torchruns ended")
+    end = ("exec", "-n", namespace, echo, "-c", "trainer", "--", "touch", "/tmp/end")
+    cluster.kubectl(*end, check=False)
+    # The operator sees the echo failed alone (as this test does): then the cause ends.
+
+    def echo_ended() -> bool:
+        status = trainer_status(cluster, namespace, echo)
+        return bool(status and status.state.terminated)
+
+    wait_for(echo_ended, timeout=60, interval=0.2, what="the echo's end")
+    end = ("exec", "-n", namespace, cause, "-c", "trainer", "--", "touch", "/tmp/end")
+    cluster.kubectl(*end, check=False)
+    done = wait_for(
+        lambda: (
+            (j := jobs.get(cluster, namespace, "echo-live"))
+            and ((s := j.get("status") or {}).get("phase") == "Failed" or s.get("restarts"))
+            and j
+        ),
+        timeout=60,
+        what="the job failed or restarted",
+    )
+    first = done["status"]["firstFailure"]
+    assert done["status"]["restarts"] == 0, first
+    assert (first["worker"], first["rule"], first["action"]) == (1, "bad-batch", "FailJob")

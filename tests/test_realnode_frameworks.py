@@ -1,6 +1,7 @@
 """Progress with no code change, on the real node: a Hugging Face Trainer (transformers'
 KubeflowCallback) and a Lightning script (the trainer image's callback, an entry point) report
-their steps to the job."""
+their steps to the job; a resumed Trainer is timed from its first real step, and neither a
+Trainer's evaluation nor a Lightning validation longer than the stall timeout is a hang."""
 
 from __future__ import annotations
 
@@ -17,20 +18,42 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
 
 
 def run_framework_script(
-    cluster: Cluster, ns: str, name: str, image: str, lib: Any, script: str, *env: dict
+    cluster: Cluster,
+    ns: str,
+    name: str,
+    image: str,
+    lib: Any,
+    script: str,
+    *env: dict,
+    current: bool = False,
+    **spec_fields: Any,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     """A 1-worker job running ``script`` with the libraries of ``lib`` (a host folder, mounted at
-    /opt/lib) on its path, to its end: its status, the progress it showed on the way, its log."""
+    /opt/lib) on its path, to its end: its status, the progress it showed on the way, its log.
+    ``current``: this checkout's progress modules (``pylibs.helpers``) ahead of the image's, and
+    an emptyDir at /ckpt (kept across an in-place restart); ``spec_fields``: the job's own."""
     args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
-    job = trainer_job(name, ns, image, args, procsPerNode=1)
+    job = trainer_job(name, ns, image, args, procsPerNode=1, **spec_fields)
     job["spec"]["nodes"] = 1
     spec = job["spec"]["template"]["spec"]
     spec["volumes"] = [{"name": "lib", "hostPath": {"path": str(lib), "type": "Directory"}}]
     trainer = spec["containers"][0]
     trainer["volumeMounts"] = [{"name": "lib", "mountPath": "/opt/lib", "readOnly": True}]
+    path = "/opt/lib:/opt/ddp-operator"
+    if current:
+        helpers = {"path": str(pylibs.helpers()), "type": "Directory"}
+        spec["volumes"] += [
+            {"name": "helpers", "hostPath": helpers},
+            {"name": "ckpt", "emptyDir": {}},
+        ]
+        trainer["volumeMounts"] += [
+            {"name": "helpers", "mountPath": "/opt/helpers", "readOnly": True},
+            {"name": "ckpt", "mountPath": "/ckpt"},
+        ]
+        path = "/opt/lib:/opt/helpers:/opt/ddp-operator"
     trainer["env"] = [
         {"name": "SCRIPT", "value": script},
-        {"name": "PYTHONPATH", "value": "/opt/lib:/opt/ddp-operator"},
+        {"name": "PYTHONPATH", "value": path},
         *env,
     ]
     jobs.apply(cluster, job)
@@ -140,3 +163,139 @@ def test_a_lightning_script_reports_with_no_code_change(
     assert [p for p in seen if 0 < p["step"] < 40], seen
     mark = status.get("checkpoint") or {}
     assert mark.get("path", "").startswith("/tmp/ckpt/") and mark.get("step", 0) >= 10, status
+
+
+HUGGING_FACE_RESUMED = """
+import os
+import time
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+torch.set_num_threads(1)
+attempt = int(os.environ["DDP_ATTEMPT"])
+work = torch.randn(64, 64)
+
+
+def compute(seconds):  # a model's work: the pod's processes use a core meanwhile
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        work @ work
+
+
+class Script(TrainerCallback):  # no progress code: what a real script's steps would take
+    def on_step_end(self, args, state, control, **kwargs):
+        if attempt > 0:  # the resumed attempt's steps are slow (2 s), and compute
+            compute(0.5)
+            time.sleep(1.5)
+
+    def on_save(self, args, state, control, **kwargs):
+        if attempt == 0:  # a failure just after the checkpoint of step 20: resumed there
+            print("FAILING at step", state.global_step, flush=True)
+            os._exit(3)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        print("EVALUATING at step", state.global_step, flush=True)
+        compute(45)  # an evaluation past the stall timeout (30 s), computing
+
+
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+rows = torch.randint(0, 64, (160, 16))
+data = [{"input_ids": row, "labels": row} for row in rows]
+args = TrainingArguments(output_dir="/ckpt/out", max_steps=30, per_device_train_batch_size=4,
+    per_device_eval_batch_size=4, logging_steps=5, report_to="none", use_cpu=True,
+    save_strategy="steps", save_steps=20, eval_strategy="steps", eval_steps=25, disable_tqdm=True)
+trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
+    eval_dataset=data[:8], callbacks=[Script()])
+trainer.train(resume_from_checkpoint=attempt > 0)
+print("TRAINED", flush=True)
+"""
+
+
+def test_a_resumed_hugging_face_trainer_is_timed_from_its_first_step_and_may_evaluate(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Issue 68, items 3 and 4, in one job (stall timeout 30 s). Attempt 0 fails after its
+    checkpoint of step 20; attempt 1 resumes there (``resume_from_checkpoint``), its steps 2 s
+    each. KubeflowCallback's first post of the attempt (progress 0, the total only) is no step:
+    the attempt's step interval opens at its first real step, past 20, not at a step 0 (which
+    made a resumed job's seconds per step 1/500 of the real ones). At step 25 the Trainer
+    evaluates for 45 s, computing, with no post (the callback posts at step ends only): its
+    processes compute, so it is no stall. The job succeeds after the one restart it asked for."""
+    ns, name = reporting.ns, "hf-resumed"
+    offline = {"name": "HF_HUB_OFFLINE", "value": "1"}
+    stall = {"timeoutSeconds": 30}
+    status, seen, log = run_framework_script(
+        cluster, ns, name, images["trainer"], pylibs.transformers(), HUGGING_FACE_RESUMED,
+        offline, current=True, stallDetection=stall,
+    )  # fmt: skip
+    assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
+    assert "EVALUATING at step 25" in log, log[-3000:]
+    first = status.get("firstFailure") or {}
+    assert (status["restarts"], first.get("attempt"), first.get("exitCode")) == (1, 0, 3), status
+    last = status["progress"]
+    assert (last["attempt"], last["step"], last["total"]) == (1, 30, 30), last
+    assert last["protocol"] == "kubeflow", last  # on the status: judged so after a restart too
+    assert 20 < last["sinceStep"] < 30, last  # the resumed attempt's first real step
+    timed = [p["stepSeconds"] for p in seen if p.get("attempt") == 1 and "stepSeconds" in p]
+    assert timed and min(timed) >= 1.5, seen  # each of its steps took 2 s
+
+
+LIGHTNING_VALIDATES = """
+import time
+import torch
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        time.sleep(0.2)
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        if not self.trainer.sanity_checking:
+            time.sleep(22)  # 2 batches: a validation of 44 s, past the stall timeout (30 s)
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+saver = pl.callbacks.ModelCheckpoint(dirpath="/ckpt", every_n_train_steps=5)
+trainer = pl.Trainer(max_steps=14, accelerator="cpu", devices=1, logger=False,
+    enable_progress_bar=False, callbacks=[saver], val_check_interval=10, limit_val_batches=2,
+    num_sanity_val_steps=1)
+trainer.fit(Tiny(), DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
+print("TRAINED", flush=True)
+"""
+
+
+def test_a_lightning_validation_longer_than_the_stall_timeout_is_no_hang(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Issue 68, item 4: the callback reports Lightning's sanity check, validation and checkpoint
+    saves as phases (this checkout's ``lightning_progress``, mounted ahead of the image's). A
+    validation of 44 s, asleep, against a stall timeout of 30 s: the job shows it in phase
+    ``validation`` and succeeds with no restart; the phase ends with it."""
+    ns, name = reporting.ns, "lightning-validates"
+    interval = {"name": "DDP_PROGRESS_INTERVAL", "value": "1"}
+    status, seen, log = run_framework_script(
+        cluster, ns, name, images["trainer"], pylibs.lightning(), LIGHTNING_VALIDATES, interval,
+        current=True, stallDetection={"timeoutSeconds": 30},
+    )  # fmt: skip
+    assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
+    assert status["restarts"] == 0 and not status.get("firstFailure"), status
+    phases = [p.get("phase") for p in seen]
+    assert "validation" in phases, seen
+    validating = next(p for p in seen if p.get("phase") == "validation")
+    assert validating["step"] == 10 and "loss" in validating["metrics"], validating
+    last = status["progress"]
+    assert (last["step"], last["total"], "phase" in last) == (14, 14, False), last

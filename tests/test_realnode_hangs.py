@@ -1,6 +1,7 @@
 """Hangs on the real node, from real torch processes (gloo): a script whose step stops advancing
 is restarted by stall detection, even across an operator kill; the rank that never joined the
-collective is named; a script that never reports is caught from its processes' CPU time."""
+collective is named, also where torchrun's elastic rendezvous numbered the ranks otherwise than
+the pods; a script that never reports is caught from its processes' CPU time."""
 
 from __future__ import annotations
 
@@ -168,3 +169,51 @@ def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
     assert status["restarts"] == 1 and status["firstFailure"]["reason"] == "Stalled", status
     assert status["firstFailure"]["worker"] == 1 and status["firstFailure"]["node"], status
     assert not status.get("progress"), status  # it never reported
+
+
+# The same hang, each rank saying which worker (pod) runs it: torchrun numbered it.
+ELASTIC_HANGS_ON_ATTEMPT_0 = HANGS_ON_ATTEMPT_0.replace(
+    'dist.init_process_group("gloo")\n',
+    'dist.init_process_group("gloo")\n'
+    'print("RANK", dist.get_rank(), "WORKER", os.environ["VC_TASK_INDEX"], flush=True)\n',
+)
+
+
+def test_an_elastic_hang_names_the_pod_that_runs_the_rank_torchrun_numbered(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """Issue 68: an elastic job (c10d rendezvous) under torchrun, whose node ranks follow the
+    sorted node descriptors, not the pods' indices (from 11 workers on, or after a round without
+    a worker). Here worker 1 gives its IP as its address (``--local-addr``), which sorts before
+    worker 0's host name: worker 1 runs rank 0, worker 0 rank 1. Rank 1 hangs at step 6 of
+    attempt 0; the stall names worker 0 (the pod that sent rank 1's stack), whose stacks were
+    refused before (rank 1 is not worker 0's by index), and attempt 1 trains to Succeeded."""
+    ns, name = reporting.ns, "elastic-hang"
+    script = (
+        '[ "$VC_TASK_INDEX" = 1 ] && export PET_LOCAL_ADDR="$POD_IP"; '
+        'printf "%s" "$SCRIPT" > /tmp/t.py && exec torchrun /tmp/t.py'
+    )
+    job = hanging_job(name, ns, images["trainer"], ELASTIC_HANGS_ON_ATTEMPT_0)
+    job["spec"] |= {"minNodes": 2, "maxNodes": 2}
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["args"] = ["sh", "-c", script]
+    trainer["env"].append(
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    )
+    jobs.apply(cluster, job)
+    restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
+    cond = jobs.condition(restarted, "Restarting")
+    first = restarted["status"]["firstFailure"]
+    named = (first.get("worker"), first.get("pod"), first["reason"])
+    assert named == (0, f"{name}-worker-0", "Stalled"), first
+    assert cond["message"].startswith(
+        f"{name}-worker-0 (rank 1) never joined all_reduce #6 (default_pg): it stood at tmp/t.py:"
+    ), cond
+    assert "; rank 0 waits there at tmp/t.py:" in cond["message"], cond
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=240)
+    assert done["status"]["restarts"] == 1
+    for worker, rank in ((0, 1), (1, 0)):  # attempt 1 was numbered as attempt 0
+        log = cluster.core.read_namespaced_pod_log(
+            f"{name}-worker-{worker}", ns, container="trainer"
+        )
+        assert f"RANK {rank} WORKER {worker}" in log.splitlines(), log

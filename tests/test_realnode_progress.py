@@ -148,7 +148,8 @@ def test_a_pod_of_another_job_or_namespace_is_refused(
         ]
         cluster.core.create_namespaced_pod(foreign, pod)
         code, why = answer(cluster, foreign, "foreign")
-        assert code == 403 and f"a pod of namespace {foreign} cannot report" in why, why
+        # Refused before any review: its pod is no worker of a job the operator runs.
+        assert code == 403 and f"pod {foreign}/foreign is no worker of a job" in why, why
     finally:
         cluster.core.delete_namespace(foreign, propagation_policy="Background")
     # No token at all, or one the API server did not issue.

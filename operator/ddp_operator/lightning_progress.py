@@ -10,6 +10,13 @@ stepping batches, with the step's loss and the numeric metrics the module logged
 and each checkpoint its ``ModelCheckpoint`` wrote (``checkpoint``: step and path, seen at the
 next batch's end or validation, once the file is there). Outside a DDPJob it adds nothing. To
 resume where the job says, pass ``ckpt_path=last_checkpoint().path`` to ``fit``.
+
+The stretches without training steps are reported as phases (``report(..., phase=...)``, sent
+at once; the hour a phase has without a bound of its own), so that stall detection never takes
+them for a hang: ``sanity_check`` (from ``on_sanity_check_start`` to its end), ``validation``
+(from ``on_validation_start`` to its end) and ``checkpoint`` (from ``on_save_checkpoint``, as a
+checkpoint is being saved). A report without a phase ends one: at the end of the sanity check or
+validation, at the next training batch's end (a save has no end hook), at the training's end.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import os
 from typing import Any
 
 from .progress import MAX_METRICS, URL_ENV, checkpoint, report
+
+RESERVED = ("step", "total", "phase", "phase_timeout")  # ``report``'s own arguments: no metrics
 
 
 def _number(value: Any) -> float | None:
@@ -48,6 +57,17 @@ def _make(base: type) -> type:
         def __init__(self) -> None:
             super().__init__()
             self._said: tuple[int, str] | None = None
+            self._metrics: dict[str, float] = {}  # the last training batch's
+            self._phase: str | None = None
+
+        def _report(self, trainer: Any, phase: str | None) -> None:
+            """The step again, with the last metrics, in ``phase`` (None: out of one)."""
+            self._phase = phase
+            report(int(trainer.global_step), _total(trainer), phase=phase, **self._metrics)
+
+        def _end(self, trainer: Any, phase: str) -> None:
+            if self._phase == phase:
+                self._report(trainer, None)
 
         def _checkpointed(self, trainer: Any) -> None:
             saver = getattr(trainer, "checkpoint_callback", None)
@@ -69,13 +89,35 @@ def _make(base: type) -> type:
             for name, logged in dict(getattr(trainer, "callback_metrics", {}) or {}).items():
                 if len(metrics) >= MAX_METRICS:
                     break
-                if name not in metrics and (value := _number(logged)) is not None:
-                    metrics[name.replace("/", "_")] = value
-            report(int(trainer.global_step), _total(trainer), **metrics)
+                key = name.replace("/", "_")
+                if key in metrics or key in RESERVED or (value := _number(logged)) is None:
+                    continue
+                metrics[key] = value
+            self._metrics = metrics
+            self._report(trainer, None)
             self._checkpointed(trainer)
 
+        def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+            self._report(trainer, "sanity_check")
+
+        def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+            self._end(trainer, "sanity_check")
+
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            if not getattr(trainer, "sanity_checking", False):  # (its own phase already)
+                self._report(trainer, "validation")
+
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            self._end(trainer, "validation")
             self._checkpointed(trainer)
+
+        def on_save_checkpoint(self, trainer: Any, pl_module: Any, state: Any) -> None:
+            if self._phase is None:  # (a save within validation stays in it)
+                self._report(trainer, "checkpoint")
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            if self._phase is not None:
+                self._report(trainer, None)
 
     return DDPJobProgress
 

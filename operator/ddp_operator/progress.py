@@ -5,7 +5,8 @@ metrics).
 Before a long stretch without steps (a checkpoint save, an evaluation), say so:
 ``report(step, total, phase="checkpoint", phase_timeout=900)``; stall detection then waits for
 that phase's own bound (``phase_timeout`` seconds, an hour if not given) instead of the stall
-timeout, and the next report without a phase ends it. A new phase is sent at once.
+timeout, and the next report without a phase ends it. A phase other than the one last sent goes
+at once (one phase after another, a save at every step, still go at most twice an interval).
 
 Once a checkpoint is saved (every rank's part written: after ``dcp.save`` returns, or after
 ``dcp.async_save``'s future completes), say so: ``checkpoint(step, path)``. The job shows it
@@ -100,6 +101,7 @@ class Reporter:
         self._final_sent = False  # it went: the reports after it wait their interval
         self._urgent = False  # the pending report starts a phase: sent at once
         self._phase: str | None = None  # the phase of the last report queued
+        self._told: str | None = None  # the phase of the last report taken to be sent
         self._checkpoint: dict[str, Any] | None = None  # the last one said: in every report
         self._last: tuple[int, Any, str | None, Any, dict[str, Any]] | None = None
         self._sent_at = -math.inf
@@ -148,7 +150,7 @@ class Reporter:
                 self._pending = payload
                 last = total is not None and int(step) >= int(total)
                 self._final = last and not self._final_sent
-                self._urgent = self._urgent or (bool(phase) and phase != self._phase)
+                self._urgent = self._urgent or (bool(phase) and phase != self._told)
                 self._phase = phase or None
                 if self._thread is None:
                     self._thread = threading.Thread(
@@ -237,6 +239,7 @@ class Reporter:
                     self._cond.wait(wait)
                     continue  # a newer report may have come, or the final one
                 payload, self._pending = self._pending, None
+                self._told = payload.get("phase")
                 self._urgent = False
                 self._final_sent = self._final_sent or self._final
                 self._final = False
@@ -280,6 +283,7 @@ class Reporter:
             while self._busy and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
             payload, self._pending = self._pending, None
+            self._told = payload.get("phase") if payload is not None else self._told
         if payload is not None:
             self._send(payload)
 

@@ -2,11 +2,17 @@
 transformers and its accelerate, for the Kubeflow-protocol test; PyTorch Lightning): installed
 once from PyPI into a folder of the build cache (``pip install --target``, keyed by their
 versions), which the pods mount from the real node (this machine) read-only. The image stays
-as it is: torch, and no trainer framework."""
+as it is: torch, and no trainer framework.
+
+``helpers`` is this checkout's own copy of what the image carries under ``/opt/ddp-operator``
+(``progress.py``, ``progress_stacks.py``, ``lightning_progress.py``: a namespace package, as
+there): put ahead of it on a pod's ``PYTHONPATH``, a test runs the modules as they are now,
+whether or not the node's image was built from them."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -60,3 +66,28 @@ def transformers() -> Path:
 def lightning() -> Path:
     """PyTorch Lightning, torch left to the image."""
     return folder("lightning", (), LIGHTNING)
+
+
+HELPERS = ("progress.py", "progress_stacks.py", "lightning_progress.py")
+SOURCE = Path(__file__).resolve().parents[2] / "operator" / "ddp_operator"
+
+
+def helpers() -> Path:
+    """A folder holding ``ddp_operator/`` with this checkout's HELPERS (keyed by their content),
+    for a pod to mount and put first on its ``PYTHONPATH``."""
+    texts = {name: (SOURCE / name).read_bytes() for name in HELPERS}
+    key = hashlib.sha256(b"".join(texts[n] for n in HELPERS)).hexdigest()[:12]
+    done = CACHE / f"helpers-{key}"
+    if done.is_dir():
+        return done
+    work = CACHE / f"helpers-{key}.{os.getpid()}.tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "ddp_operator").mkdir(parents=True)
+    for name, text in texts.items():
+        (work / "ddp_operator" / name).write_bytes(text)
+    work.chmod(0o755)
+    try:
+        work.rename(done)
+    except OSError:  # another process made it first: the same files
+        shutil.rmtree(work, ignore_errors=True)
+    return done

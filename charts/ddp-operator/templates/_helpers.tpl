@@ -67,6 +67,9 @@ containers:
   {{- if .root.Values.progress.enabled }}
   - --progress-address=0.0.0.0:{{ .root.Values.progress.port }}
   - --progress-url=http://{{ include "ddp-operator.fullname" .root }}-progress.{{ .root.Release.Namespace }}.svc:{{ .root.Values.progress.port }}
+  {{- with .root.Values.progress.trustedSources }}
+  - --progress-trusted-sources=127.0.0.0/8,::1/128,{{ join "," . }}
+  {{- end }}
   {{- end }}
   {{- if .root.Values.standby.enabled }}
   - --peering={{ include "ddp-operator.fullname" .root }}

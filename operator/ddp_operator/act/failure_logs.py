@@ -1,17 +1,18 @@
-"""A job loop's reads of its failures' logs (what is read and how: ``decide/failure_logs``):
-the deciding failure's log, once per failed attempt and pod (remembered by (job UID, pod UID,
-attempt), never read again in a later pass: an elastic attempt reads each replaced worker's),
-before the plan that acts on the failure; the loop then plans again with it. A read that fails
-or takes longer than TIMEOUT_SECONDS never holds the restart up: the failure is named from its
-termination message and says why its log could not be read.
-Each read is told on the job by an Event (``FailureLogRead``, or ``FailureLogUnreadable`` as a
-Warning: a Forbidden there is the chart's Role without ``pods/log``)."""
+"""A job loop's reads of its failures' logs (which, and how: ``decide/failure_logs``): those a
+plan asks for, read together before the plan that acts on the failures (the loop then plans
+again with them), each once per failed attempt and pod (remembered by (job UID, pod UID,
+attempt), never read again in a later pass: an elastic attempt reads each replaced worker's).
+A read that fails or takes longer than TIMEOUT_SECONDS never holds the restart up: the reads
+run at once, and a failure whose log could not be read is named from its termination message
+and says why. Each read is told on the job by an Event (``FailureLogRead``, or
+``FailureLogUnreadable`` as a Warning: a Forbidden there is the chart's Role without
+``pods/log``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -38,13 +39,24 @@ class FailureLogs:
         """The job's logs read, by (pod UID, attempt), as ``reconcile.plan`` takes them."""
         return {r.key: r for (uid, _, _), r in self.reads.items() if uid == job.uid}
 
-    async def read(self, job: JobSpec, ask: fl.LogAsk | None, body: Mapping[str, Any]) -> bool:
-        """Read the log a plan asks for, unless one was read for this attempt of the job
-        already; post the Event on ``body``. Returns whether it read (the loop then plans
-        again)."""
-        if ask is None or (key := (job.uid or "", ask.uid, ask.attempt)) in self.reads:
+    async def read(self, job: JobSpec, asks: Sequence[fl.LogAsk], body: Mapping[str, Any]) -> bool:
+        """Read the logs a plan asks for at once, but those read for this attempt of the job
+        already; post an Event for each on ``body``. Returns whether it read any (the loop then
+        plans again)."""
+        fresh = [a for a in asks if (job.uid or "", a.uid, a.attempt) not in self.reads]
+        if not fresh:
             return False
-        self.reads = {k: r for k, r in self.reads.items() if k[2] >= ask.attempt}
+        self.reads = {k: r for k, r in self.reads.items() if k[2] >= fresh[0].attempt}
+        done = await asyncio.gather(*(self._read(job, ask) for ask in fresh))
+        for ask, read in zip(fresh, done, strict=True):
+            self.reads[(job.uid or "", ask.uid, ask.attempt)] = read
+            warning, reason, message = fl.said(ask, read)
+            log.info("ddpjob %s/%s: %s", job.namespace, job.name, message)
+            self.post(body, type="Warning" if warning else "Normal", reason=reason, message=message)
+        return True
+
+    async def _read(self, job: JobSpec, ask: fl.LogAsk) -> fl.LogRead:
+        """One log, read within TIMEOUT_SECONDS; an error is named on the read, never raised."""
         try:
             text, capped = await asyncio.wait_for(
                 self.kube.read_log(
@@ -53,15 +65,8 @@ class FailureLogs:
                 fl.TIMEOUT_SECONDS,
             )
         except TimeoutError:
-            done = fl.LogRead(ask.uid, ask.attempt, error=f"no answer in {fl.TIMEOUT_SECONDS:g}s")
+            return fl.LogRead(ask.uid, ask.attempt, error=f"no answer in {fl.TIMEOUT_SECONDS:g}s")
         except Exception as exc:  # any error: named on the failure, never raised into the pass
-            done = fl.LogRead(ask.uid, ask.attempt, error=fl.unreadable(classify(exc)))
             log.debug("reading %s's log: %s", ask.pod, api_message(exc))
-        else:
-            words = fl.words_of(ask, text, capped)
-            done = fl.LogRead(ask.uid, ask.attempt, words, len(text.encode()))
-        self.reads[key] = done
-        warning, reason, message = fl.said(ask, done)
-        log.info("ddpjob %s/%s: %s", job.namespace, job.name, message)
-        self.post(body, type="Warning" if warning else "Normal", reason=reason, message=message)
-        return True
+            return fl.LogRead(ask.uid, ask.attempt, error=fl.unreadable(classify(exc)))
+        return fl.LogRead(ask.uid, ask.attempt, fl.words_of(ask, text, capped), len(text.encode()))

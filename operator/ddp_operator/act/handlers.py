@@ -19,6 +19,7 @@ from ..api import metrics, progress_server
 from ..api.kube import Kube
 from ..api.progress_server import TokenReviewer
 from ..api.transport import api_client
+from ..decide import report_gate
 from ..decide.failures import classify
 from ..model import constants as c
 from ..model import jobspec
@@ -84,7 +85,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         desk = ProgressDesk(runners.kube, runners)
         runners.on_forget.append(desk.forget)
         runners.progress_url = memo.get("progress_url")
-        reviewer = TokenReviewer(runners.kube)
+        trusted = report_gate.networks(memo.get("progress_trusted") or report_gate.LOOPBACK)
+        reviewer = TokenReviewer(runners.kube, runners.worker, trusted)
         memo.progress_server = await progress_server.serve(
             memo["progress_address"], reviewer, desk.accept, lambda: not standby.paused()
         )

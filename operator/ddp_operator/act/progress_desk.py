@@ -8,16 +8,18 @@ Only a pod the job controls, as the operator's watch sees it now, reports for th
 is the pod the API server bound the report's token to (``progress_server``), so a pod of another
 job or namespace, or one already deleted, is refused; so is a pod of an earlier attempt (an old
 process still running while its pod restarts, or a pod of a group being replaced) and a report
-that declares another attempt than the job's: a stale report would reset the stall clock.
+that declares another attempt than the job's: a stale report would reset the stall clock. The
+job's attempt is its group's, as the job loop acts on it (``group.attempt``): a pod already told
+a later attempt than the status says reports for that one.
 
 A report that says a new checkpoint (``checkpoints``) is written within CHECKPOINT_GAP seconds
 of the last write, with ``status.checkpoint``, rather than the interval.
 
-A rank quiet for a while sends where it stands instead (``{"stack": ...}``, any rank: its pod's
-ranks only, ``culprit.normalize``): kept in the job loop's memory for its attempt, never
-written, read by the stall check to name the rank that hung (``culprit``) and, where a rank's
-pod is busy (NCCL spins), to know it stands still (``quiet``); once every rank has said so, the
-job loop is woken to look.
+A rank quiet for a while sends where it stands instead (``{"stack": ...}``: any rank of the
+job's world as torchrun numbered it, at most its pod's processes' worth, ``culprit``): kept in
+the job loop's memory for its attempt, never written, read by the stall check to name the rank
+that hung (``culprit``) and, where a rank's pod is busy (NCCL spins), to know it stands still
+(``quiet``); once every rank has said so, the job loop is woken to look.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ..api import metrics
 from ..api.kube import Kube
 from ..api.progress_server import Sender
 from ..api.transport import JobGone
-from ..decide import checkpoints, culprit, kubeflow_status, progress_report
+from ..decide import checkpoints, culprit, group, kubeflow_status, progress_report
 from ..model.jobspec import SpecError, resolve
 from .registry import Runners
 from .runner import Key
@@ -72,7 +74,7 @@ class ProgressDesk:
         pod = next((p for p in pods if p.uid == sender.pod_uid and p.owner_uid == uid), None)
         if pod is None:
             return f"pod {sender.pod} is no worker of {job}"
-        attempt = int(runner.status.get("restarts") or 0)
+        attempt = self._attempt(key)
         if pod.attempt_now != attempt or pod.restart_pending:
             return f"pod {sender.pod} runs an earlier attempt than {job}'s {attempt}"
         return ""
@@ -158,15 +160,14 @@ class ProgressDesk:
             return 409, f"a stack of attempt {payload.get('attempt')}: the job is at {attempt}"
         try:
             spec = resolve(runner.body)
-            kept = culprit.normalize(
-                payload["stack"], pod.index, spec.procs_per_node, pod.name, now
-            )
+            world = spec.node_bounds[1] * spec.procs_per_node  # an elastic job's largest
+            kept = culprit.normalize(payload["stack"], pod.index, world, pod.name, now)
         except (culprit.BadStack, SpecError) as exc:
             metrics.PROGRESS_REPORTS.labels("invalid").inc()
             return 400, f"bad stack: {exc}"
         if runner.stacks_attempt != attempt:
             runner.stacks, runner.stacks_attempt = {}, attempt
-        runner.stacks[kept["rank"]] = kept
+        culprit.keep(runner.stacks, kept, spec.procs_per_node)
         if len(runner.stacks) >= spec.world_size:  # every rank has said: the loop looks
             runner.poke()
         metrics.PROGRESS_REPORTS.labels("accepted").inc()
@@ -185,9 +186,15 @@ class ProgressDesk:
         return self._marks.get(key) or self._marked.get(key) or status.get("checkpoint")
 
     def _attempt(self, key: Key) -> int:
-        """The job's attempt as its loop knows it (-1: no loop)."""
+        """The group's attempt as the job's loop acts on it (-1: no loop): its status's, or a
+        later one its own pods were told (``group.attempt``: the status write that said it may
+        not have landed yet, or been lost)."""
         runner = self.runners.job(key)
-        return -1 if runner is None else int(runner.status.get("restarts") or 0)
+        if runner is None:
+            return -1
+        uid = runner.body["metadata"].get("uid")
+        own = [p for p in self.runners.index.get(key) if p.owner_uid == uid]
+        return group.attempt(runner.status, own)
 
     async def _write_later(self, key: Key, wait: float) -> None:
         try:

@@ -115,6 +115,17 @@ class Runners:
         """The loop of a job, if it has one."""
         return self._runners.get(key)
 
+    def worker(self, uid: str) -> WorkerPod | None:
+        """The pod with ``uid`` if it is a worker of a job this operator runs (the job its
+        controller), as the watch sees it now."""
+        found = self.index.pod(uid)
+        if found is None:
+            return None
+        key, pod = found
+        runner = self._runners.get(key)
+        job_uid = runner.body.get("metadata", {}).get("uid") if runner is not None else None
+        return pod if job_uid and pod.owner_uid == job_uid else None
+
     def _drop(self, key: Key, runner: JobRunner) -> None:
         """A loop ended by itself (its job is gone): forget it, unless replaced already."""
         if self._runners.get(key) is runner:

@@ -22,7 +22,7 @@ import kopf
 from ..api import metrics
 from ..api.kube import Kube
 from ..api.transport import JobGone, StatusConflict
-from ..decide import checkpoints, kueue_workload, pacing, progress_report, reconcile
+from ..decide import checkpoints, group, kueue_workload, pacing, progress_report, reconcile
 from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
@@ -282,13 +282,13 @@ class JobRunner:
                 self._progress(body),
                 admission,
                 self.logs.known(job),
-                self._stacks(),
+                self._stacks(job, pods),
             )
             self.spent = time.thread_time() - deciding
             return plan
 
         plan = decide()
-        if await self.logs.read(job, plan.read_log, self.body):  # once per failed attempt
+        if await self.logs.read(job, plan.read_logs, self.body):  # once per pod and attempt
             plan = decide()
         plan.recheck_in(look_again)
         self.memory.passed(plan.own, plan.attempt, job.suspend)
@@ -308,10 +308,12 @@ class JobRunner:
         """The training's latest report."""
         return progress_report.latest(_progress(body), self.reported)
 
-    def _stacks(self) -> dict[int, dict[str, Any]]:
-        """Where the job's quiet ranks stand in its current attempt (kept here, never written:
-        ``culprit``; the attempt as ``progress_desk`` took them in)."""
-        attempt = int(self.status.get("restarts") or 0)
+    def _stacks(self, job: Any, pods: list[WorkerPod]) -> dict[int, dict[str, Any]]:
+        """Where the job's quiet ranks stand in its group's attempt, the one the pass acts on
+        (``group.attempt``: its own pods may be told a later one than the status says), as
+        ``progress_desk`` took them in (kept here, never written: ``culprit``)."""
+        own = [p for p in pods if job.uid and p.owner_uid == job.uid]
+        attempt = group.attempt(self.status, own)
         return dict(self.stacks) if self.stacks_attempt == attempt else {}
 
     async def execute(self, job: Any, plan: reconcile.Plan) -> None:

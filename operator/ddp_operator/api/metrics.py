@@ -53,7 +53,8 @@ RECONCILE_SECONDS = Histogram(
 
 PROGRESS_REPORTS = Counter(
     "ddp_operator_progress_reports",
-    "Progress reports from training scripts, by result (accepted, refused, invalid, failed)",
+    "Progress reports from training scripts, by result (accepted, refused, invalid, failed; "
+    "busy: past the pod's review budget, stranger: from no worker pod, unauthenticated)",
     ["result"],
 )
 JOB = ["namespace", "job"]

@@ -62,6 +62,12 @@ class PodIndex:
         """The job's pods as last observed."""
         return list(self.by_job.get(key, {}).values())
 
+    def pod(self, uid: str) -> tuple[Key, WorkerPod] | None:
+        """The pod with ``uid`` and its job's key, if it is kept."""
+        key = self.where.get(uid)
+        pod = self.by_job.get(key, {}).get(uid) if key is not None else None
+        return (key, pod) if key is not None and pod is not None else None
+
     def _drop(self, uid: str) -> tuple[Key, WorkerPod] | None:
         key = self.where.pop(uid, None)
         if key is None:

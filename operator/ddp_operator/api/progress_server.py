@@ -9,12 +9,12 @@ a JSON body when taken, as Kubeflow's own server does. aiohttp is
 kopf's own web server (its liveness endpoint): no new dependency.
 
 Whoever reaches the endpoint can send anything, so nothing of a request is read before its
-token is reviewed, and a review costs the API server a call only for a token shaped as a
-service account token is (a JWT) and not reviewed lately; those reviews are bounded (a token
-bucket: NEW_REVIEWS_PER_SECOND, bursts of NEW_REVIEWS_BURST) and a request past the bound is
-answered 429. A token the API server vouched for is reviewed again when its answer expires
-without the bucket: strangers' tokens cannot crowd the job's own reporter out. One process of
-a job reports (rank 0): one token per job, reviewed once a minute.
+token is reviewed, and a review is asked of the API server only for a token that names a worker
+pod of a job the operator runs, sent from that pod's address (``report_gate``): a stranger's
+requests cost a header's parsing, never a review. Each pod's new tokens are bounded by a budget
+of its own (``report_gate.ReviewBudget``; past it: 429), so no sender can hold another's reports
+back. A review's answer is reused for REVIEWED_FOR seconds; a token the API server vouched for
+is reviewed again without the budget.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from typing import Any
 
 from aiohttp import web
 
-from ..decide import kubeflow_status
+from ..decide import kubeflow_status, report_gate
 from ..model import constants as c
+from ..model.workers import WorkerPod
+from . import metrics
 from .kube import Kube
 
 REVIEWED_FOR = 60.0  # seconds a token's review is reused
 MAX_REVIEWS = 10_000  # tokens remembered at most
 MAX_BODY = 16 * 1024
-NEW_REVIEWS_PER_SECOND = 5.0  # TokenReviews of tokens not reviewed lately, at most
-NEW_REVIEWS_BURST = 50
 JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
@@ -53,6 +53,7 @@ class Sender:
     pod: str = ""
     pod_uid: str = ""
     refused: str = ""
+    stranger: bool = False  # refused before any review: no worker pod of ours sent it
 
 
 def sender_of(review: dict[str, Any]) -> Sender:
@@ -60,6 +61,8 @@ def sender_of(review: dict[str, Any]) -> Sender:
     status = review.get("status") or {}
     if not status.get("authenticated"):
         return Sender(refused=f"the token is not valid: {status.get('error') or 'rejected'}")
+    if c.PROGRESS_AUDIENCE not in (status.get("audiences") or ()):
+        return Sender(refused=f"the token is not for the audience {c.PROGRESS_AUDIENCE}")
     user = status.get("user") or {}
     parts = (user.get("username") or "").split(":")
     extra = user.get("extra") or {}
@@ -70,43 +73,46 @@ def sender_of(review: dict[str, Any]) -> Sender:
 
 
 class Busy(Exception):
-    """Too many tokens to review now: the request is to be sent again later."""
+    """The sender's pod has too many new tokens to review now: to be sent again later."""
+
+
+Worker = Callable[[str], WorkerPod | None]
 
 
 class TokenReviewer:
-    """TokenReviews of report tokens, each answer reused for REVIEWED_FOR seconds, new ones
-    bounded (``per_second``, bursts of ``burst``)."""
+    """TokenReviews of report tokens, each answer reused for REVIEWED_FOR seconds; only for a
+    token that names a worker pod of a job the operator runs (``worker``: the pod with a UID,
+    if so), sent from its address or a ``trusted`` network, within its pod's ``budget``."""
 
     def __init__(
-        self, kube: Kube, per_second: float = NEW_REVIEWS_PER_SECOND, burst: int = NEW_REVIEWS_BURST
+        self,
+        kube: Kube,
+        worker: Worker,
+        trusted: tuple[report_gate.Network, ...] = report_gate.networks(report_gate.LOOPBACK),
+        budget: report_gate.ReviewBudget | None = None,
     ) -> None:
-        self.kube = kube
-        self.per_second, self.burst = per_second, burst
+        self.kube, self.worker, self.trusted = kube, worker, trusted
+        self.budget = budget or report_gate.ReviewBudget()
         self._seen: dict[str, tuple[float, Sender]] = {}
-        self._good: set[str] = set()  # tokens a review found a pod's: never held by the bucket
-        self._allowed, self._at = float(burst), time.monotonic()
+        self._good: set[str] = set()  # tokens a review found a pod's: never held by the budget
 
-    def _spend(self, now: float) -> bool:
-        """Take one review from the bucket, if one is left."""
-        elapsed = max(0.0, now - self._at)
-        self._allowed = min(self.burst, self._allowed + elapsed * self.per_second)
-        self._at = now
-        if self._allowed < 1:
-            return False
-        self._allowed -= 1
-        return True
-
-    async def sender(self, token: str) -> Sender:
-        """Who ``token`` stands for; Busy past the bound on new reviews."""
+    async def sender(self, token: str, source: str) -> Sender:
+        """Who ``token``, sent from the address ``source``, stands for; Busy past its pod's
+        budget of new reviews."""
         if not JWT.fullmatch(token):
             return Sender(refused="the token is no service account token (not a JWT)")
+        claim = report_gate.claim_of(token)
+        refused = report_gate.refusal(source, claim, self.worker, self.trusted)
+        if refused:
+            return Sender(refused=refused, stranger=True)
+        assert claim is not None  # (refused otherwise)
         key = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         hit = self._seen.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        if key not in self._good and not self._spend(now):
-            raise Busy(f"too many new tokens to review (over {self.per_second:g}/s): send again")
+        if key not in self._good and not self.budget.spend(claim.pod_uid, now):
+            raise Busy(f"too many new tokens of pod {claim.pod} to review: send again")
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -116,6 +122,8 @@ class TokenReviewer:
             "create_tokenreview", "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body
         )
         who = sender_of(json.loads(data))
+        if not who.refused and who.pod_uid != claim.pod_uid:  # (a signed payload: never)
+            who = Sender(refused=f"the token is bound to pod {who.pod}, not {claim.pod}")
         if not who.refused:
             if len(self._good) >= MAX_REVIEWS:
                 self._good.clear()
@@ -152,12 +160,18 @@ def app(
         if not auth.startswith("Bearer "):
             return web.Response(status=401, text="a report needs the pod's progress token\n")
         try:  # the sender first: nothing else of the request is read for a stranger
-            sender = await reviewer.sender(auth.removeprefix("Bearer ").strip())
+            token = auth.removeprefix("Bearer ").strip()
+            sender = await reviewer.sender(token, request.remote or "")
         except Busy as exc:
+            metrics.PROGRESS_REPORTS.labels("busy").inc()
             return web.Response(status=429, text=f"{exc}\n", headers={"Retry-After": "1"})
         except Exception as exc:  # (the API server's answer goes to the sender)
             return web.Response(status=503, text=f"cannot review the token: {exc}\n")
+        if sender.stranger:
+            metrics.PROGRESS_REPORTS.labels("stranger").inc()
+            return web.Response(status=403, text=sender.refused + "\n")
         if sender.refused:
+            metrics.PROGRESS_REPORTS.labels("unauthenticated").inc()
             return web.Response(status=401, text=sender.refused + "\n")
         try:
             payload = json.loads(await request.read())

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import kopf
 
+from ..decide import report_gate
+
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``ddp-operator``."""
@@ -92,6 +94,15 @@ def parser() -> argparse.ArgumentParser:
         help="the endpoint's URL as worker pods reach it, e.g. "
         "http://ddp-operator.ddp-system.svc:8090 (default: http://<the address>)",
     )
+    run.add_argument(
+        "--progress-trusted-sources",
+        metavar="CIDR,...",
+        default=",".join(report_gate.LOOPBACK),
+        help="networks whose reports are reviewed though they do not come from the address of "
+        "the pod their token names: a proxy, or a network that rewrites pods' source "
+        "addresses (SNAT); reports from anywhere else must come from a worker pod's own "
+        "address (default: %(default)s)",
+    )
     return top
 
 
@@ -102,6 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     everywhere = (args.progress_address or "").rpartition(":")[0] in ("", "0.0.0.0", "[::]")
     if args.progress_address and everywhere and not args.progress_url:
         top.error("--progress-url is needed: --progress-address listens on every interface")
+    try:
+        cidrs = [x for x in args.progress_trusted_sources.split(",") if x.strip()]
+        trusted = [str(n) for n in report_gate.networks(cidrs)]
+    except ValueError as exc:
+        top.error(f"--progress-trusted-sources: {exc}")
     from ..act import handlers, namespace_observer  # noqa: F401  (registers the handlers)
     from ..act.standby import standby
 
@@ -134,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             clusterwide=args.all_namespaces,
             network_isolation=args.network_isolation,
             progress_address=args.progress_address,
+            progress_trusted=trusted,
             progress_url=args.progress_url
             or (f"http://{args.progress_address}" if args.progress_address else None),
         ),

@@ -12,6 +12,12 @@ never did is then named, with its sequence number and group.
 A stack is taken only from the job's own pod of the current attempt (``progress_desk``), kept
 in the operator's memory (lost with it: a restarted operator names nobody until the ranks speak
 again), and counts only if it was sent after the training last advanced.
+
+A rank is the one torchrun gave, not one the operator could derive from the pod's index: c10d's
+rendezvous numbers nodes in the sorted order of their descriptors (host name first, so from 11
+workers on ``-worker-10`` is node 2), and a round without a worker shifts the rest. So a stack is
+taken for any rank of the job's world from any of its pods, each pod keeping at most its
+processes' worth (its latest: ``keep``), and the worker named is the pod that sent it.
 """
 
 from __future__ import annotations
@@ -46,17 +52,18 @@ class Culprit:
     words: str
 
 
-def normalize(raw: Any, worker: int, procs: int, pod: str, now: datetime) -> dict[str, Any]:
+def normalize(raw: Any, worker: int, world: int, pod: str, now: datetime) -> dict[str, Any]:
     """A stack report as kept: ``{"rank", "worker", "pod", "frames", "at", "quietSeconds"}``
     (and ``collectives``); raises BadStack.
-    ``worker``, ``procs``: the sender pod's index and processes per pod (its ranks)."""
+    ``worker``, ``pod``: the sender pod's index and name; ``world``: the most ranks the job's
+    world may have (any of them may be the sender's: torchrun numbers them)."""
     if not isinstance(raw, Mapping):
         raise BadStack("stack must be an object")
     rank, frames = raw.get("rank"), raw.get("frames")
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < MAX_RANK:
         raise BadStack(f"stack.rank must be a rank, not {rank!r}")
-    if procs > 0 and rank // procs != worker:
-        raise BadStack(f"rank {rank} is not one of {pod}'s (worker {worker} x {procs})")
+    if rank >= world:
+        raise BadStack(f"rank {rank} is not in the job's world of {world} ranks")
     if not isinstance(frames, list) or not all(isinstance(f, str) for f in frames):
         raise BadStack("stack.frames must be a list of strings")
     kept = [f[:MAX_FRAME_CHARS] for f in frames[-MAX_FRAMES:]]
@@ -69,6 +76,17 @@ def normalize(raw: Any, worker: int, procs: int, pod: str, now: datetime) -> dic
     if (said := raw.get("collectives")) is not None:
         stack["collectives"] = _collectives(said)
     return stack
+
+
+def keep(stacks: dict[int, dict[str, Any]], stack: dict[str, Any], procs: int) -> None:
+    """Put a normalized ``stack`` in ``stacks`` (by rank): it replaces what any pod said of its
+    rank before (the rank moved, or spoke again), and its pod keeps at most ``procs`` ranks, its
+    latest (those it ran in an earlier round go)."""
+    stacks[stack["rank"]] = stack
+    pod = stack["pod"]
+    mine = sorted((s["at"], r) for r, s in stacks.items() if s["pod"] == pod and s is not stack)
+    for _, rank in mine[: max(0, len(mine) + 1 - max(1, procs))]:
+        del stacks[rank]
 
 
 def _collectives(raw: Any) -> list[dict[str, Any]]:

@@ -12,6 +12,9 @@ ranks down), the earliest such failure goes first.
 
 A failure's words are its termination message's, or its log's where the message held no
 exception and the job loop read the log (``failure_logs``: ``WorkerFailure.ask`` says which).
+An order whose first failure's words are not sure is not acted on: every log that may change
+it is read first (``to_read``), the echo's and the cause's alike, then the failures are ordered
+again, each by its own words.
 """
 
 from __future__ import annotations
@@ -238,6 +241,25 @@ def ordered(failures: list[WorkerFailure]) -> list[WorkerFailure]:
         None,
     )
     return found if cause is None else [cause, *(f for f in found if f is not cause)]
+
+
+def to_read(failures: list[WorkerFailure], attempt: int) -> list[failure_logs.LogAsk]:
+    """The logs to read before ``failures`` (ordered, first first) decide: none where the first
+    one's words are sure (its message holds its exception, its log was read or cannot be);
+    else the first's and those of every failure that wants its log read and ended within
+    ``COLLATERAL_WINDOW`` of the earliest (once read, the first may be an echo and one of them
+    its cause), ``failure_logs.MAX_READS`` at most, first first."""
+    first = failures[0] if failures else None
+    if first is None or first.ask(attempt) is None:
+        return []
+    since = min((w for f in failures if (w := _when(f.time)) is not None), default=None)
+
+    def near(f: WorkerFailure) -> bool:
+        when = _when(f.time)
+        return since is not None and when is not None and when - since <= COLLATERAL_WINDOW
+
+    asks = [a for f in failures if (f is first or near(f)) and (a := f.ask(attempt))]
+    return asks[: failure_logs.MAX_READS]
 
 
 def _when(time: str | None) -> datetime | None:

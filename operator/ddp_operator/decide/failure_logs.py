@@ -1,7 +1,13 @@
 """The whole story when the tail is not enough: when a failure's termination message does not
-hold its exception, the deciding worker's log is read once per failed attempt (``act``'s
+hold its exception, its worker's log is read, once per pod and failed attempt (``act``'s
 ``failure_logs``), and its words (summary, ``message``, the block rules match) come from there.
 Pure: whether the log is wanted, how to ask for it, and how its text is read.
+
+Which logs (``failure_facts.to_read``): where the first failure's words are not sure, every
+failed pod's that may hold the cause, read together before the failures are ordered for good:
+under torchrun without ``@record`` neither the cause's message nor its echo's holds an
+exception, and only their logs tell which said a peer went away. At most ``MAX_READS`` of them
+per pass, each bounded in bytes (``LIMIT_BYTES``) and time (``TIMEOUT_SECONDS``, all at once).
 
 The termination message is the log's last 2048 bytes (``FallbackToLogsOnError``). Under
 torchrun without ``@record`` the rank's exception sits further up (torch 2.11, Python 3.12:
@@ -34,7 +40,8 @@ from .last_words import LastWords, read
 MESSAGE_BYTES, MESSAGE_LINES = 2048, 80  # FallbackToLogsOnError's tail: whichever is less
 TAIL_LINES = 500
 LIMIT_BYTES = 128 * 1024
-TIMEOUT_SECONDS = 5.0  # a read never holds a restart up longer
+TIMEOUT_SECONDS = 5.0  # a read never holds a restart up longer (the reads run at once)
+MAX_READS = 8  # logs read for one pass's failures at most: the earliest failures' first
 MESSAGE = "TerminationMessage"  # firstFailure.source: where its words came from
 LOG = "Log"
 GAP = "[... the rest of the log: its last 2048 bytes, the termination message ...]"

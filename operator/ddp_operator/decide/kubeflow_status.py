@@ -10,10 +10,17 @@ posts, from the world's process 0, at most every 5 s and at the training's start
      "metrics": [{"name": "loss", "value": "0.12"}, {"name": "current_step", "value": "420"},
                  {"name": "total_steps", "value": "1000"}], "lastUpdatedTime": "..."}}
 
-Every metric value is a string. ``current_step`` and ``total_steps`` are the step and the total
-(the start's report has the total only; the end's neither: the step is then the total the job
-knows, the percentage being 100); the other numeric metrics are kept, the first MAX_METRICS of
-them that are metric names of ours. A status without ``trainerStatus`` says nothing.
+Every metric value is a string. ``current_step`` and ``total_steps`` are the step and the total;
+the other numeric metrics are kept, the first MAX_METRICS of them that are metric names of ours.
+A status without ``trainerStatus`` says nothing.
+
+An update without ``current_step`` says no step: the start's (progress 0, the total only: sent
+before a resumed attempt has loaded its checkpoint, so its 0 is no step of the training) and
+one with a percentage only. Its report keeps the step the job knows and is marked ``stepless``:
+it never moves the step nor opens the attempt's clock (``progress_report.carry``). The end's
+(100%, no step) is the one exception: the training is done, its step the total the job knows.
+Every report is marked ``protocol: kubeflow``: such a script cannot announce a phase, so a long
+stretch without steps while its processes compute (an evaluation) is judged by them (``quiet``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from .progress_report import MAX_METRICS, MAX_STEP, METRIC_NAME, BadReport
 
 ROUTE = c.KUBEFLOW_STATUS_ROUTE
 STEP, TOTAL = "current_step", "total_steps"
+PROTOCOL = "kubeflow"  # ``status.progress.protocol`` of its reports
 
 
 def _number(name: str, value: Any) -> float | None:
@@ -68,14 +76,13 @@ def as_report(payload: Any, before: Mapping[str, Any] | None) -> dict[str, Any] 
         isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100
     ):
         raise BadReport(f"trainerStatus.progressPercentage must be 0 to 100, not {percent!r}")
-    if step is None:  # the start's (total only) or the end's (neither)
-        if percent == 100 and total:
-            step = int(total)
-        elif percent is not None and total:
-            step = int(total) * percent // 100
-        else:
-            step = int(before.get("step") or 0)
-    report: dict[str, Any] = {"step": step}
+    report: dict[str, Any] = {"protocol": PROTOCOL}
+    if step is None and percent == 100 and total:  # the end's: done
+        step = int(total)
+    elif step is None:  # the start's, or a percentage only: no step
+        step = int(before.get("step") or 0)
+        report["stepless"] = True
+    report["step"] = step
     if total:
         report["total"] = int(total)
     eta = status.get("estimatedRemainingSeconds")

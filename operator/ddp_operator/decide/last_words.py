@@ -86,12 +86,6 @@ def looks_collateral(message: str | None) -> bool:
     return read(message).collateral
 
 
-def says_collateral(summary: str) -> bool:
-    """Whether a summary (``LastWords.summary``) says a peer went away or the process was
-    terminated."""
-    return collateral(summary)
-
-
 def _error_json(text: str) -> str | None:
     """The error of torchrun's error JSON (``{"message": {"message", "extraInfo":
     {"py_callstack", "timestamp"}}}`` or ``{"message": str}``), its head possibly cut."""

@@ -4,6 +4,10 @@ The watch-fed index shows the job's pods as they are now; the planner also needs
 pods of the current attempt existed before (a worker whose pod is gone has failed and is never
 re-created in the same attempt), and the loop needs the status it wrote last (a pass may run
 before the watch echoes that write back). Pure: no I/O.
+
+Every pod is keyed by (name, the attempt it runs: ``WorkerPod.attempt_now``), the key the
+planner looks a worker's loss up by: an in-place pod created in one attempt and told a later
+one is of the later one, seen and lost alike.
 """
 
 from __future__ import annotations
@@ -15,8 +19,13 @@ from ..model.constants import FINISHED_PHASES
 from ..model.workers import WorkerPod
 
 
+def _key(pod: WorkerPod) -> tuple[str, int]:
+    """A pod as remembered: its name and the attempt it runs."""
+    return pod.name, pod.attempt_now
+
+
 class Memory:
-    """The status last written, the (name, attempt) of the job's own pods known to have
+    """The status last written, the (name, attempt run) of the job's own pods known to have
     existed, those Kueue stopped (and why), the UIDs of pods the loop itself deleted, and the
     last state of own pods that went otherwise (``failure_facts``: how they failed)."""
 
@@ -62,13 +71,13 @@ class Memory:
         # Kueue evicts a group whole: once one pod is stopped, every pod of the group is.
         why = next((p.stopped for p in own if p.stopped), None)
         # A pod the loop is deleting is no worker of the group (an in-place pod built again).
-        live = set() if why else {(p.name, p.attempt) for p in own if p.uid not in self.removed}
+        live = set() if why else {_key(p) for p in own if p.uid not in self.removed}
         self.evicted = {k: v for k, v in self.evicted.items() if k[1] >= attempt and k not in live}
         if why:
-            self.evicted.update(((p.name, p.attempt), p.stopped or why) for p in own)
+            self.evicted.update((_key(p), p.stopped or why) for p in own)
         earlier = {s for s in self.seen if s[1] >= attempt and s not in self.evicted}
         self.seen = live | earlier
-        present = {(p.name, p.attempt) for p in own}
+        present = {_key(p) for p in own}
         self.requested = {
             k: t for k, t in self.requested.items() if k[1] >= attempt and k not in present
         }
@@ -78,7 +87,7 @@ class Memory:
         for pod in pods:
             if pod.uid:
                 self.removed.add(pod.uid)
-                self.seen.discard((pod.name, pod.attempt))
+                self.seen.discard(_key(pod))
 
     def gone(self, pod: WorkerPod, job_uid: str | None) -> None:
         """A pod with the job's labels was deleted. If it was the job's own and the loop did not
@@ -87,8 +96,8 @@ class Memory:
         if pod.uid in self.removed:
             self.removed.discard(pod.uid)
         elif job_uid is not None and pod.owner_uid == job_uid and pod.stopped:
-            self.evicted[(pod.name, pod.attempt)] = pod.stopped
-            self.seen.discard((pod.name, pod.attempt))
+            self.evicted[_key(pod)] = pod.stopped
+            self.seen.discard(_key(pod))
         elif job_uid is not None and pod.owner_uid == job_uid:
-            self.seen.add((pod.name, pod.attempt))
-            self.last[(pod.name, pod.attempt_now)] = pod  # how it went (a disruption?)
+            self.seen.add(_key(pod))
+            self.last[_key(pod)] = pod  # how it went (a disruption?)

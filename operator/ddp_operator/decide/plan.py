@@ -30,7 +30,7 @@ class Plan:
     nudge: list[WorkerPod] = field(default_factory=list)  # told, not restarted: synced again
     finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
     in_place: bool = False  # new pods are built to restart in place
-    read_log: LogAsk | None = None  # the deciding failure's log, to read before acting
+    read_logs: list[LogAsk] = field(default_factory=list)  # to read before acting (``to_read``)
 
     @property
     def attempt(self) -> int:

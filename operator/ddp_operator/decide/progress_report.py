@@ -6,7 +6,12 @@ A step past ``total`` is clamped to ``total`` (a script that underestimated its 
 done, its metrics still updated), not refused: refusing would stop its metrics and make the
 script say so for a mistake that harms nothing once its writes are bounded. Whatever the
 reports say, a job's status gets at most one progress write per interval; the first complete
-report of an attempt may go at once, ahead of the interval, once."""
+report of an attempt may go at once, ahead of the interval, once.
+
+A report marked ``stepless`` (``kubeflow_status``: Kubeflow's start, a percentage only) carries
+the step the job knew, not one of its own: it never moves the step nor opens the attempt's step
+clock (``since``/``sinceStep``), so that an attempt resumed at step 500 is timed from its first
+real step, not from a step 0 it never made."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ MAX_PHASE_SECONDS = 7 * 86400
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
 MAX_STEP = 2**53  # JSON numbers stay exact
 STALE_AFTER = 300.0  # seconds without a report before a running job's progress reads as stale
+PROTOCOLS = ("kubeflow",)  # how a report came, if not by ``progress.report`` (``kubeflow_status``)
 
 
 class BadReport(ValueError):
@@ -88,6 +94,13 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
             raise BadReport(f"phaseTimeoutSeconds must be at most {MAX_PHASE_SECONDS}")
         if bound is not None:
             progress["phaseTimeoutSeconds"] = bound
+    protocol = payload.get("protocol")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise BadReport(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if protocol is not None:
+        progress["protocol"] = protocol
+    if payload.get("stepless") is True and "phase" not in progress:
+        progress["stepless"] = True  # for ``carry`` only: never written
     progress["updated"] = format_precise(now)
     return progress
 
@@ -96,8 +109,11 @@ def carry(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, An
     """``new`` with its attempt's clock (``hangs`` reads it): ``since``/``sinceStep``, the
     attempt's first report; ``advanced``, when its step last changed; ``stepSeconds``, its
     seconds per step so far; ``phaseSince``, when its phase began. Carried from ``old``, the
-    report before, if of the same attempt."""
+    report before, if of the same attempt. A ``stepless`` report moves none of them: it keeps
+    ``old``'s clock, or, the first of its attempt, starts the stall clock only (``advanced``)."""
     out = dict(new)
+    if out.pop("stepless", False):
+        return _stepless(old, out)
     if not old or old.get("attempt") != new.get("attempt") or not old.get("since"):
         out.update(since=new["updated"], sinceStep=new["step"], advanced=new["updated"])
         if new.get("phase"):
@@ -122,6 +138,21 @@ def carry(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, An
     elif old.get("stepSeconds") is not None:
         out["stepSeconds"] = old["stepSeconds"]
     return out
+
+
+_CLOCK = ("since", "sinceStep", "advanced", "stepSeconds")
+
+
+def _stepless(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """A report without a step of its own (``carry``; its step is the one the job knew):
+    ``old``'s clock, if of the same attempt; else the attempt's stall clock starts (the script
+    is alive) but no step interval opens: its first real step opens it."""
+    if not old or old.get("attempt") != new.get("attempt"):
+        new["advanced"] = new["updated"]
+        return new
+    new.update({k: old[k] for k in _CLOCK if old.get(k) is not None})
+    new.setdefault("advanced", new["updated"])
+    return new
 
 
 def latest(

@@ -27,6 +27,13 @@ spells' starts and the group's start. How the signal behaves:
 The worker that hung is named as for a script that reports (``culprit``): in the trainer image,
 each rank quiet for a while says where it stands with no change to the script
 (``progress_stacks.autostart``).
+
+A script that reports by Kubeflow's protocol (``status.progress.protocol``: Hugging Face's
+KubeflowCallback, which posts at step ends only) cannot announce a phase. Its step stall
+(``hangs``) is put off while some worker computes by the same signal (an in-place pod not quiet
+whose ranks do not say they stand still: an evaluation), for up to UNANNOUNCED seconds from the
+step's last advance, as an announced phase with no bound; where no worker is seen computing (all
+quiet, or pods with no watch) it stands.
 """
 
 from __future__ import annotations
@@ -39,15 +46,17 @@ from typing import Any
 
 from ..model import constants as c
 from ..model.jobspec import JobSpec
-from ..model.stall_detection import CEILING
+from ..model.stall_detection import CEILING, PHASE_DEFAULT
 from ..model.workers import WorkerPod
 from . import culprit
 from .conditions import condition, parse_time
 from .failure_facts import WorkerFailure
-from .hangs import blamed
+from .hangs import blamed, timeout
 from .hangs import check as steps_stalled
 
 AGAIN = 5.0  # seconds: a look again while the ranks' stacks have yet to say the timeout passed
+UNANNOUNCED = PHASE_DEFAULT  # seconds a Kubeflow-protocol script may compute without a step
+KUBEFLOW = "kubeflow"  # ``status.progress.protocol`` (``kubeflow_status.PROTOCOL``)
 
 
 def stalled(
@@ -63,12 +72,54 @@ def stalled(
     the attempt (``hangs``), else by its processes (``check``); with the worker that hung where
     ``stacks`` name it (``culprit``), and its node."""
     stall, until = steps_stalled(job, status, progress, attempt, now, stacks)
+    if stall is not None and progress and progress.get("protocol") == KUBEFLOW:
+        stall, until = _unannounced(job, status, current, progress, stacks, now, stall)
     reports = bool(progress) and (progress or {}).get("attempt") == attempt
     if stall is None and until is None and not reports:
         stall, until = check(job, status, current, now, stacks)
     if stall is not None and (pod := current.get(stall.index)) is not None:
         stall = dataclasses.replace(stall, node=pod.node)  # the culprit's
     return stall, until
+
+
+def _unannounced(
+    job: JobSpec,
+    status: Mapping[str, Any],
+    current: Mapping[int, WorkerPod],
+    progress: Mapping[str, Any],
+    stacks: Mapping[int, Mapping[str, Any]],
+    now: datetime,
+    stall: WorkerFailure,
+) -> tuple[WorkerFailure | None, float | None]:
+    """A Kubeflow-protocol script's step stall, put off (None, seconds left) while some worker
+    computes, up to UNANNOUNCED seconds from the step's last advance; past it, said so."""
+    running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
+    started = parse_time(running.get("lastTransitionTime"))
+    if not computing(current, stacks, job.procs_per_node, started, now):
+        return stall, None
+    starts = (parse_time(progress.get("advanced") or progress.get("updated")), started)
+    clock = max((t for t in starts if t is not None), default=now)
+    limit = max(UNANNOUNCED, timeout(job, progress))
+    left = (clock + timedelta(seconds=limit) - now).total_seconds()
+    if left > 0:
+        return None, left
+    words = f"; its processes still compute, past the {limit}s allowed to a stretch without steps"
+    return dataclasses.replace(stall, message=stall.message + words), None
+
+
+def computing(
+    current: Mapping[int, WorkerPod],
+    stacks: Mapping[int, Mapping[str, Any]],
+    procs: int,
+    started: datetime | None,
+    now: datetime,
+) -> bool:
+    """Whether some worker's processes compute: an in-place pod (its watch judges them) that is
+    not quiet, and whose ranks' own stacks do not say they stand still (NCCL spins)."""
+    return any(
+        p.in_place and not p.quiet_since and _still(stacks, i, procs, started, now) is None
+        for i, p in current.items()
+    )
 
 
 def check(

@@ -49,8 +49,8 @@ def plan(
     the training's latest report (``status.progress``); ``admission``: what the job's own
     Kueue Workload says (``kueue_workload``: a job not admitted comes suspended); ``logs``:
     the failures' logs read, by (pod UID, attempt) (a plan whose deciding failure wants its
-    log read says so: ``Plan.read_log``); ``stacks``: where the quiet ranks of the attempt
-    stand, by rank (``culprit``)."""
+    log read says so, with those of the failures that may be its cause: ``Plan.read_logs``);
+    ``stacks``: where the quiet ranks of the attempt stand, by rank (``culprit``)."""
     beside = Beside(failure, seen, evicted, told, refused, last, progress, admission, logs, stacks)
     one = Pass(job, status, list(pods), now, generation, beside)
     steps = (

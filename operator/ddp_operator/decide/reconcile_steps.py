@@ -19,6 +19,7 @@ from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from . import (
     creation,
+    echo_hold,
     elastic,
     failure_facts,
     failure_logs,
@@ -234,6 +235,9 @@ class Pass:
         facts = failure_facts.collect(
             job, current, created, beside.seen, attempt, excused, beside.last, beside.logs
         )
+        if (hold := echo_hold.wait(facts, current, attempt, self.now)) is not None:
+            self.result.recheck_in(hold)  # its cause may still fail (``echo_hold``)
+            return None
         stuck = inplace.stuck(self.members.standing, attempt, self.now, inplace.limit(job))
         if not facts and not stuck:  # a training that stopped fails too (``hangs``, ``quiet``)
             status = {**new, "conditions": self.conds.items}
@@ -248,7 +252,7 @@ class Pass:
         alone = elastic.not_alone(job, failed, current, stuck)
         facts += failure_facts.stuck(stuck)
         verdict = failure_policy.decide(job, facts, failure_policy.Counts.of(new), alone)
-        self.result.read_log = verdict.first.ask(attempt)  # the runner reads it, then plans again
+        self.result.read_logs = failure_facts.to_read(facts, attempt)  # read, then planned again
         ended = goodput.account(self.status, beside.progress, attempt, verdict, self.now)
         verdict = goodput.bound(job, verdict, ended)
         response = recovery.respond(

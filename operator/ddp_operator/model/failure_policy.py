@@ -3,17 +3,17 @@
 ``backoffLimit`` does not count, and of the restarts in a row that made no progress
 (``decide/goodput``). Pure.
 
-``onMessagePattern`` is compiled with RE2 (``google-re2``), the dialect the API server checks it
-in: matching takes time linear in the text, so no tenant's pattern can stall the operator (Python's
-``re`` backtracks: ``(a+)+b`` runs for days on 40 characters)."""
+``onMessagePattern`` is RE2, checked and compiled within a bound of memory by
+``message_patterns``; a job's rules are bounded in number and in the patterns' total length
+(``MAX_RULES``, ``MAX_PATTERNS_LENGTH``: the CRD says the same at ``kubectl apply``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import re2
+from .message_patterns import MessagePattern, problem
 
 # The actions a rule may name.
 RESTART_GROUP = "RestartGroup"  # the whole group restarts, counted against backoffLimit
@@ -27,24 +27,10 @@ DEFAULT_MAX_UNCOUNTED_RESTARTS = 10
 DEFAULT_MAX_REPLACEMENTS = 10
 DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS = 3  # as NVIDIA's fault-tolerance launcher (decide/goodput)
 
-
-_RE2 = re2.Options()
-_RE2.log_errors = False  # a bad pattern is the job's error, not the operator's log's
-
-
-class Pattern(Protocol):
-    """A compiled ``onMessagePattern`` (RE2)."""
-
-    def search(self, text: str) -> object | None: ...
-
-
-def compile_pattern(pattern: str) -> Pattern:
-    """``pattern`` compiled by RE2; ``ValueError`` with RE2's words where it does not parse."""
-    try:
-        return re2.compile(pattern, _RE2)
-    except re2.error as exc:
-        words = exc.args[0] if exc.args else exc
-        raise ValueError(words.decode() if isinstance(words, bytes) else str(words)) from None
+# What one job's rules may cost the operator (the CRD's maxItems and CEL rule say the same).
+MAX_RULES = 20
+MAX_PATTERN_LENGTH = 1024  # characters of one onMessagePattern
+MAX_PATTERNS_LENGTH = 4096  # characters of all its rules' onMessagePattern together
 
 
 @dataclass(frozen=True)
@@ -57,7 +43,7 @@ class Rule:
     exit_codes: tuple[str, frozenset[int]] | None = None  # (In or NotIn, codes)
     reasons: frozenset[str] | None = None
     pod_conditions: tuple[tuple[str, str | None], ...] | None = None  # (type, reason or any)
-    message_pattern: Pattern | None = None  # RE2
+    message_pattern: MessagePattern | None = None  # RE2
 
 
 @dataclass(frozen=True)
@@ -96,14 +82,6 @@ def _rule(raw: Mapping[str, Any], path: str, errors: list[str]) -> Rule:
     if conditions is not None and (not conditions or any(not c.get("type") for c in conditions)):
         errors.append(f"{path}.onPodConditions must be 1 or more conditions, each with a type")
     pattern = raw.get("onMessagePattern")
-    compiled = None
-    if pattern is not None:
-        try:
-            compiled = compile_pattern(str(pattern)) if pattern else None
-        except ValueError as exc:
-            errors.append(f"{path}.onMessagePattern is not a regular expression (RE2): {exc}")
-        if not pattern:
-            errors.append(f"{path}.onMessagePattern must not be empty")
     if codes is None and reasons is None and conditions is None and pattern is None:
         errors.append(
             f"{path}: a rule needs at least one matcher: onExitCodes, onReasons, "
@@ -115,8 +93,37 @@ def _rule(raw: Mapping[str, Any], path: str, errors: list[str]) -> Rule:
         exit_codes=exit_codes,
         reasons=frozenset(map(str, reasons)) if reasons else None,
         pod_conditions=tuple((str(c["type"]), c.get("reason")) for c in conditions or ()) or None,
-        message_pattern=compiled,
+        message_pattern=_pattern(pattern, f"{path}.onMessagePattern", errors),
     )
+
+
+def _pattern(pattern: Any, path: str, errors: list[str]) -> MessagePattern | None:
+    """A rule's ``onMessagePattern``, checked once per text (``message_patterns``)."""
+    if pattern is None:
+        return None
+    text = str(pattern)
+    if not text:
+        errors.append(f"{path} must not be empty")
+    elif len(text) > MAX_PATTERN_LENGTH:
+        errors.append(f"{path} must be at most {MAX_PATTERN_LENGTH} characters")
+    elif said := problem(text):
+        errors.append(f"{path} {said}")
+    else:
+        return MessagePattern(text)
+    return None
+
+
+def _bound(rules: Any, path: str, errors: list[str]) -> None:
+    """What one job's rules may cost: ``MAX_RULES`` rules, ``MAX_PATTERNS_LENGTH`` characters of
+    patterns together."""
+    if len(rules) > MAX_RULES:
+        errors.append(f"{path} must have at most {MAX_RULES} items, not {len(rules)}")
+    length = sum(len(str((r or {}).get("onMessagePattern") or "")) for r in rules)
+    if length > MAX_PATTERNS_LENGTH:
+        errors.append(
+            f"{path}: the onMessagePattern of a job's rules must add up to at most "
+            f"{MAX_PATTERNS_LENGTH} characters, not {length}"
+        )
 
 
 def resolve(raw: Mapping[str, Any] | None, errors: list[str]) -> FailurePolicy:
@@ -126,8 +133,11 @@ def resolve(raw: Mapping[str, Any] | None, errors: list[str]) -> FailurePolicy:
         return FailurePolicy()
     at = "spec.failurePolicy"
     rules = raw.get("rules") or ()
+    _bound(rules, f"{at}.rules", errors)
     return FailurePolicy(
-        rules=tuple(_rule(r or {}, f"{at}.rules[{i}]", errors) for i, r in enumerate(rules)),
+        rules=tuple(
+            _rule(r or {}, f"{at}.rules[{i}]", errors) for i, r in enumerate(rules[:MAX_RULES])
+        ),
         max_uncounted_restarts=_count(
             raw,
             "maxUncountedRestarts",

@@ -22,6 +22,7 @@ class WorkerPod:
     uid: str | None = None
     deleting: bool = False
     node: str | None = None
+    ips: tuple[str, ...] = ()  # its addresses (status.podIPs): where its reports come from
     exit_code: int | None = None
     reason: str | None = None
     message: str | None = None
@@ -186,6 +187,12 @@ def _in_place(
     return found
 
 
+def _ips(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The pod's addresses: every one of a dual-stack pod's."""
+    found = tuple(a["ip"] for a in status.get("podIPs") or () if a.get("ip"))
+    return found or ((status["podIP"],) if status.get("podIP") else ())
+
+
 def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
     """Summarise a worker pod; None for a pod without the operator's labels."""
     meta = pod.get("metadata") or {}
@@ -244,6 +251,7 @@ def observe(pod: Mapping[str, Any]) -> WorkerPod | None:
         uid=meta.get("uid"),
         deleting=bool(meta.get("deletionTimestamp")),
         node=spec.get("nodeName"),
+        ips=_ips(status),
         unschedulable=unschedulable,
         owner_uid=owner_uid,
         owner=owner,
