@@ -59,6 +59,13 @@ def test_the_hold_ends_with_the_window_and_never_holds_a_cause_or_a_lone_worker(
     current: dict[int, WorkerPod] = {0: echo, 1: running}
     assert 3.8 < (echo_hold.wait([read_echo], current, 0, at(1.6)) or 0) < 4
     assert echo_hold.wait([read_echo], current, 0, at(6)) is None  # the window is over
+    # Measured from the operator's first sight of the echo (its log read), on its own clock:
+    # the kubelet's delay in saying the pod ended, or its clock ahead, costs the cause nothing.
+    seen_late = of_pod(echo, log=replace(read(echo, "torchrun-echo"), at="2026-01-01T00:00:03Z"))
+    assert 1.9 < (echo_hold.wait([seen_late], current, 0, at(6)) or 0) < 2.6
+    ahead = of_pod(echo, log=replace(read(echo, "torchrun-echo"), at="2026-01-01T00:00:00Z"))
+    skewed = worker(0, "torchrun-echo", "2026-01-01T00:01:00Z")  # its node's clock ahead
+    assert (echo_hold.wait([of_pod(skewed, log=ahead.log)], current, 0, at(1)) or 0) <= 5.5
     assert echo_hold.wait([read_echo], {0: echo}, 0, at(1)) is None  # nobody else runs
     assert echo_hold.wait([of_pod(echo)], current, 0, at(1)) is None  # its log is read first
     said = worker(

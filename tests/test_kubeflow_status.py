@@ -102,6 +102,7 @@ def test_a_start_or_a_percentage_alone_says_no_step() -> None:
     assert start is not None and (start["step"], start["stepless"]) == (520, True)
     alone = kubeflow_status.as_report(update(42), before)
     assert alone is not None and (alone["step"], alone["stepless"]) == (520, True)
+    assert alone["percent"] == 42  # shown as the client said it
     end = kubeflow_status.as_report(update(100), before)
     assert end is not None and end["step"] == 1000 and "stepless" not in end
 
@@ -136,3 +137,17 @@ def test_a_resumed_attempt_of_130_s_steps_is_timed_from_its_first_real_step() ->
     assert "since" not in start and "stepSeconds" not in start and start["attempt"] == 1
     assert (first["sinceStep"], "stepSeconds" in first) == (501, False)
     assert second["stepSeconds"] == 130.0 and hangs.timeout(job, second) == 390
+
+
+def test_a_client_that_reports_percentages_only_moves_the_stall_clock_as_they_rise() -> None:
+    """No step ever: its percentage is shown, and a percentage that rose moves the stall clock
+    (``advanced``) without opening a step interval; one that did not, does not."""
+    t = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in (0, 10, 20)]
+    reports: list[dict] = []
+    for when, percent in zip(t, (5, 7, 7), strict=True):
+        raw = kubeflow_status.as_report(update(percent), reports[-1] if reports else None)
+        new = progress_report.normalize({**raw, "attempt": 0}, when)
+        reports.append(progress_report.carry(reports[-1] if reports else None, new))
+    assert [r["percent"] for r in reports] == [5.0, 7.0, 7.0]
+    assert [r["advanced"] for r in reports] == [reports[0]["updated"], *[reports[1]["updated"]] * 2]
+    assert all("stepSeconds" not in r and r["step"] == 0 for r in reports), reports

@@ -81,4 +81,10 @@ def test_a_token_the_api_server_vouched_for_is_never_held_by_the_budget() -> Non
     assert stranger.stranger and "not pod j-worker-0's address" in stranger.refused
     forged = asyncio.run(reviewer.sender(token("team-a", "x", "uid-x"), "198.18.0.7"))
     assert forged.stranger and "no worker of a job this operator runs" in forged.refused
+    # Tokens naming the pod from a trusted network (loopback) spend a budget of their own: the
+    # pod's own, from its address, is untouched by them.
     assert Reviews.asked == 2
+    asyncio.run(reviewer.sender(own + "y", "127.0.0.1"))
+    with pytest.raises(Busy):
+        asyncio.run(reviewer.sender(own + "z", "127.0.0.1"))
+    assert Reviews.asked == 3

@@ -345,13 +345,17 @@ def test_an_echo_seen_alone_waits_for_its_cause_whose_rule_then_decides(
     wait_for(ready, timeout=300, what="both torchruns ended")
     end = ("exec", "-n", namespace, echo, "-c", "trainer", "--", "touch", "/tmp/end")
     cluster.kubectl(*end, check=False)
-    # The operator sees the echo failed alone (as this test does): then the cause ends.
-
-    def echo_ended() -> bool:
-        status = trainer_status(cluster, namespace, echo)
-        return bool(status and status.state.terminated)
-
-    wait_for(echo_ended, timeout=60, interval=0.2, what="the echo's end")
+    # The operator sees the echo failed alone and reads its log (its first sight of it, from
+    # which the cause has 5 s): then the cause ends.
+    wait_for(
+        lambda: any(
+            e["reason"] == "FailureLogRead" and echo in e["message"]
+            for e in jobs.events(cluster, namespace, "echo-live")
+        ),
+        timeout=60,
+        interval=0.2,
+        what="the echo's log read",
+    )
     end = ("exec", "-n", namespace, cause, "-c", "trainer", "--", "touch", "/tmp/end")
     cluster.kubectl(*end, check=False)
     done = wait_for(

@@ -72,7 +72,7 @@ def test_a_stranger_s_flood_of_made_up_tokens_holds_no_report_of_a_new_job_back(
     foreign = f"{ns}-stranger"
     cluster.core.create_namespace({"metadata": {"name": foreign}})
     try:
-        args = ["python", "-c", FLOOD, reporting.url(name), name, "240", str(FLOOD_THREADS)]
+        args = ["python", "-c", FLOOD, reporting.url(name), name, "900", str(FLOOD_THREADS)]
         cluster.core.create_namespaced_pod(
             foreign, pod_on_real_node("flood", images["trainer"], args)
         )

@@ -68,7 +68,7 @@ containers:
   - --progress-address=0.0.0.0:{{ .root.Values.progress.port }}
   - --progress-url=http://{{ include "ddp-operator.fullname" .root }}-progress.{{ .root.Release.Namespace }}.svc:{{ .root.Values.progress.port }}
   {{- with .root.Values.progress.trustedSources }}
-  - --progress-trusted-sources=127.0.0.0/8,::1/128,{{ join "," . }}
+  - --progress-trusted-sources={{ join "," . }}
   {{- end }}
   {{- end }}
   {{- if .root.Values.standby.enabled }}

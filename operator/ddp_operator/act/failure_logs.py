@@ -11,14 +11,17 @@ and says why. Each read is told on the job by an Event (``FailureLogRead``, or
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from ..api.kube import Kube
 from ..decide import failure_logs as fl
+from ..decide.conditions import format_time
 from ..decide.failures import api_message, classify
 from ..model.jobspec import JobSpec
 
@@ -48,7 +51,9 @@ class FailureLogs:
             return False
         self.reads = {k: r for k, r in self.reads.items() if k[2] >= fresh[0].attempt}
         done = await asyncio.gather(*(self._read(job, ask) for ask in fresh))
+        at = format_time(datetime.now(UTC))
         for ask, read in zip(fresh, done, strict=True):
+            read = dataclasses.replace(read, at=at)
             self.reads[(job.uid or "", ask.uid, ask.attempt)] = read
             warning, reason, message = fl.said(ask, read)
             log.info("ddpjob %s/%s: %s", job.namespace, job.name, message)

@@ -85,7 +85,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         desk = ProgressDesk(runners.kube, runners)
         runners.on_forget.append(desk.forget)
         runners.progress_url = memo.get("progress_url")
-        trusted = report_gate.networks(memo.get("progress_trusted") or report_gate.LOOPBACK)
+        trusted = report_gate.networks(memo.get("progress_trusted") or ())
         reviewer = TokenReviewer(runners.kube, runners.worker, trusted)
         memo.progress_server = await progress_server.serve(
             memo["progress_address"], reviewer, desk.accept, lambda: not standby.paused()

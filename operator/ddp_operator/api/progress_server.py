@@ -82,16 +82,18 @@ Worker = Callable[[str], WorkerPod | None]
 class TokenReviewer:
     """TokenReviews of report tokens, each answer reused for REVIEWED_FOR seconds; only for a
     token that names a worker pod of a job the operator runs (``worker``: the pod with a UID,
-    if so), sent from its address or a ``trusted`` network, within its pod's ``budget``."""
+    if so), sent from its address or a ``trusted`` network (loopback always), within its pod's
+    ``budget``."""
 
     def __init__(
         self,
         kube: Kube,
         worker: Worker,
-        trusted: tuple[report_gate.Network, ...] = report_gate.networks(report_gate.LOOPBACK),
+        trusted: tuple[report_gate.Network, ...] = (),
         budget: report_gate.ReviewBudget | None = None,
     ) -> None:
-        self.kube, self.worker, self.trusted = kube, worker, trusted
+        self.kube, self.worker = kube, worker
+        self.trusted = report_gate.networks(report_gate.LOOPBACK) + trusted
         self.budget = budget or report_gate.ReviewBudget()
         self._seen: dict[str, tuple[float, Sender]] = {}
         self._good: set[str] = set()  # tokens a review found a pod's: never held by the budget
@@ -102,7 +104,7 @@ class TokenReviewer:
         if not JWT.fullmatch(token):
             return Sender(refused="the token is no service account token (not a JWT)")
         claim = report_gate.claim_of(token)
-        refused = report_gate.refusal(source, claim, self.worker, self.trusted)
+        refused, budget = report_gate.refusal(source, claim, self.worker, self.trusted)
         if refused:
             return Sender(refused=refused, stranger=True)
         assert claim is not None  # (refused otherwise)
@@ -111,7 +113,7 @@ class TokenReviewer:
         hit = self._seen.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        if key not in self._good and not self.budget.spend(claim.pod_uid, now):
+        if key not in self._good and not self.budget.spend(budget, now):
             raise Busy(f"too many new tokens of pod {claim.pod} to review: send again")
         body = {
             "apiVersion": "authentication.k8s.io/v1",

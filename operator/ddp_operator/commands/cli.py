@@ -97,11 +97,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--progress-trusted-sources",
         metavar="CIDR,...",
-        default=",".join(report_gate.LOOPBACK),
+        default="",
         help="networks whose reports are reviewed though they do not come from the address of "
         "the pod their token names: a proxy, or a network that rewrites pods' source "
-        "addresses (SNAT); reports from anywhere else must come from a worker pod's own "
-        "address (default: %(default)s)",
+        "addresses (SNAT); loopback always is; reports from anywhere else must come from a "
+        "worker pod's own address (default: none)",
     )
     return top
 

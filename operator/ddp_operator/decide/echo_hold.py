@@ -1,9 +1,11 @@
 """An echo waits for its cause: a failure whose own words say it is the consequence of another
 rank's (a collective's connection closed by its peer) does not decide the attempt while another
 worker of it still runs and may yet fail with the cause, for ``failure_facts.COLLATERAL_WINDOW``
-from the echo's end at most. Under torchrun a rank that raised tears its node's processes down
-before its pod ends, so its peer's echo can end (and be seen) first; deciding on the echo alone
-restarts a job that a rule on the cause's error would have failed. Pure."""
+at most from when the operator read the echo's log (its first sight of it, on its own clock),
+or from the echo's end where its message said enough. Under torchrun a rank that raised tears
+its node's processes down before its pod ends, so its peer's echo can end (and be seen) first;
+deciding on the echo alone restarts a job that a rule on the cause's error would have failed.
+Pure."""
 
 from __future__ import annotations
 
@@ -32,11 +34,11 @@ def wait(
         for i, p in current.items()
         if i not in failed and not p.deleting and outcomes.phase(p, attempt) == "Running"
     ]
-    ended = [w for f in failures if (w := _when(f.time)) is not None]
-    if not running or not ended:
+    seen = [w for f in failures if (w := _when(f.log.at if f.log else None) or _when(f.time))]
+    if not running or not seen:
         return None
-    left = (min(ended) + COLLATERAL_WINDOW - now).total_seconds()
-    return left + SETTLE if left > 0 else None
+    left = (min(seen) + COLLATERAL_WINDOW - now).total_seconds()
+    return min(left, COLLATERAL_WINDOW.total_seconds()) + SETTLE if left > 0 else None
 
 
 def _when(time: str | None) -> datetime | None:

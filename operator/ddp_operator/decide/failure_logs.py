@@ -71,6 +71,7 @@ class LogRead:
     words: LastWords | None = None
     size: int = 0
     error: str = ""
+    at: str | None = None  # when it was read (RFC 3339, the operator's clock)
 
     @property
     def key(self) -> tuple[str, int]:

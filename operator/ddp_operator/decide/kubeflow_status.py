@@ -79,9 +79,11 @@ def as_report(payload: Any, before: Mapping[str, Any] | None) -> dict[str, Any] 
     report: dict[str, Any] = {"protocol": PROTOCOL}
     if step is None and percent == 100 and total:  # the end's: done
         step = int(total)
-    elif step is None:  # the start's, or a percentage only: no step
+    elif step is None:  # the start's, or a percentage only: no step, the percentage shown
         step = int(before.get("step") or 0)
         report["stepless"] = True
+        if percent:
+            report["percent"] = percent
     report["step"] = step
     if total:
         report["total"] = int(total)

@@ -101,6 +101,9 @@ def normalize(payload: Any, now: datetime) -> dict[str, Any]:
         progress["protocol"] = protocol
     if payload.get("stepless") is True and "phase" not in progress:
         progress["stepless"] = True  # for ``carry`` only: never written
+        said = payload.get("percent")  # a percentage of its own (Kubeflow's), shown as it is
+        if isinstance(said, int) and not isinstance(said, bool) and 0 < said <= 100:
+            progress["percent"] = float(said)
     progress["updated"] = format_precise(now)
     return progress
 
@@ -145,13 +148,16 @@ _CLOCK = ("since", "sinceStep", "advanced", "stepSeconds")
 
 def _stepless(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """A report without a step of its own (``carry``; its step is the one the job knew):
-    ``old``'s clock, if of the same attempt; else the attempt's stall clock starts (the script
-    is alive) but no step interval opens: its first real step opens it."""
+    ``old``'s clock, if of the same attempt, its stall clock moved on where its own percentage
+    rose (a client that reports percentages only); else the attempt's stall clock starts (the
+    script is alive) but no step interval opens: its first real step opens it."""
     if not old or old.get("attempt") != new.get("attempt"):
         new["advanced"] = new["updated"]
         return new
     new.update({k: old[k] for k in _CLOCK if old.get(k) is not None})
     new.setdefault("advanced", new["updated"])
+    if float(new.get("percent") or 0) > float(old.get("percent") or 0):
+        new["advanced"] = new["updated"]  # a percentage that rose: the training moves on
     return new
 
 

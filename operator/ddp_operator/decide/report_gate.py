@@ -4,12 +4,12 @@ from a worker pod of a job the operator runs, and each such pod has a review bud
 A service account token is a JWT whose payload names the pod it is bound to
 (``kubernetes.io.pod``). That payload is read here unverified, only to pick the pod the sender
 claims to be: the claim must name a worker pod the operator's watch knows, and the request must
-come from that pod's own address (or from a network the operator was told to trust: loopback by
-default, a proxy or a network that rewrites pods' addresses; or the watch has not seen the
-pod's address yet). Anything else is refused before
-any review, at the cost of parsing one header. What the API server's review then says decides
-(``progress_server.sender_of``); the claim only routes the request to its pod's budget, so a
-stranger's tokens, made up or real, never hold a job's pod back.
+come from that pod's own address (or from a network the operator was told to trust: loopback
+always, a proxy or a network that rewrites pods' addresses; or the watch has not seen the
+pod's address yet). Anything else is refused before any review, at the cost of parsing one
+header. What the API server's review then says decides (``progress_server.sender_of``); the
+claim only routes the request to a budget: the pod's own for what comes from its address, which
+no stranger can spend, and one it shares with whoever else names it (from a trusted network).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ MAX_TOKEN = 8 * 1024  # bytes of a token read at most (a pod's is about 1 KB)
 REVIEWS_PER_SECOND = 0.1  # a pod's new tokens reviewed, after its burst: one each 10 s
 REVIEWS_BURST = 5  # a pod's first tokens: its own, then each renewal (80% of its lifetime)
 MAX_BUDGETS = 100_000  # pods' budgets kept at most
-LOOPBACK = ("127.0.0.0/8", "::1/128")
+LOOPBACK = ("127.0.0.0/8", "::1/128")  # always trusted: the operator's own pod or host
+OWN, SHARED = "own", "shared"  # a pod's budgets: from its own address, from anywhere else
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -50,7 +51,7 @@ def claim_of(token: str) -> Claim | None:
     try:
         raw = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
         payload: Any = json.loads(raw)
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # (JSON nested past the stack)
         return None
     k8s = payload.get("kubernetes.io") if isinstance(payload, dict) else None
     pod = k8s.get("pod") if isinstance(k8s, dict) else None
@@ -88,40 +89,49 @@ def refusal(
     claim: Claim | None,
     worker: Callable[[str], WorkerPod | None],
     trusted: tuple[Network, ...],
-) -> str:
+) -> tuple[str, str]:
     """Why a request from ``source`` with a token claiming ``claim`` gets no review ('' if it
-    may have one). ``worker``: the worker pod of a job the operator runs with that UID, if any."""
+    may have one), and the budget it is charged to: the claimed pod's own (``OWN``: it comes
+    from that pod's address, which no one else can send from) or the budget its claim shares
+    with everyone else who names that pod (a trusted network, or before the watch has seen the
+    pod's address). ``worker``: the worker pod of a job the operator runs with that UID, if
+    any."""
     if claim is None:
-        return "the token names no pod (not a pod's service account token)"
+        return "the token names no pod (not a pod's service account token)", ""
     pod = worker(claim.pod_uid)
     if pod is None or pod.name != claim.pod:
-        return f"pod {claim.namespace}/{claim.pod} is no worker of a job this operator runs"
+        return f"pod {claim.namespace}/{claim.pod} is no worker of a job this operator runs", ""
     address = _address(source)
-    if not pod.ips or (address is not None and str(address) in pod.ips):
-        return ""  # (no address seen yet: its first report may outrun the watch)
+    if address is not None and address in {_address(ip) for ip in pod.ips}:
+        return "", f"{claim.pod_uid}/{OWN}"
+    if not pod.ips:  # its first report may outrun the watch
+        return "", f"{claim.pod_uid}/{SHARED}"
     if address is not None and any(address in n for n in trusted if n.version == address.version):
-        return ""
-    return f"the report comes from {source or 'an unknown address'}, not pod {claim.pod}'s address"
+        return "", f"{claim.pod_uid}/{SHARED}"
+    return (
+        f"the report comes from {source or 'an unknown address'}, not pod {claim.pod}'s address",
+        "",
+    )
 
 
 class ReviewBudget:
-    """A token bucket for each pod: its new tokens reviewed, ``burst`` at once, then
-    ``per_second``. One pod's budget is no other's."""
+    """A token bucket for each key (a pod's budget, ``refusal``): its new tokens reviewed,
+    ``burst`` at once, then ``per_second``. One key's budget is no other's."""
 
     def __init__(self, per_second: float = REVIEWS_PER_SECOND, burst: int = REVIEWS_BURST) -> None:
         self.per_second, self.burst = per_second, burst
         self._left: dict[str, tuple[float, float]] = {}  # pod UID -> (reviews left, at)
 
-    def spend(self, pod_uid: str, now: float) -> bool:
-        """Take one review from the pod's bucket, if one is left."""
-        left, at = self._left.get(pod_uid, (float(self.burst), now))
+    def spend(self, key: str, now: float) -> bool:
+        """Take one review from the key's bucket, if one is left."""
+        left, at = self._left.get(key, (float(self.burst), now))
         left = min(float(self.burst), left + max(0.0, now - at) * self.per_second)
         if left < 1:
-            self._left[pod_uid] = (left, now)
+            self._left[key] = (left, now)
             return False
-        if len(self._left) >= MAX_BUDGETS and pod_uid not in self._left:
+        if len(self._left) >= MAX_BUDGETS and key not in self._left:
             self._prune(now)
-        self._left[pod_uid] = (left - 1, now)
+        self._left[key] = (left - 1, now)
         return True
 
     def _prune(self, now: float) -> None:

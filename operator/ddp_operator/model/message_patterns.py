@@ -18,13 +18,14 @@ patterns again, and no number of jobs may make what they hold add up. So:
 
 Both caches are keyed by the pattern's text, not by job and generation: they stay bounded however
 many jobs run, need nothing when a job goes, and the rules every team copies are one entry.
-Patterns are made by ``re2._Regexp``, not ``re2.compile``, whose own cache would keep 128 of them
-alive beside these."""
+``re2.compile``'s own cache is emptied (``re2.purge``) after each compilation, so that it keeps
+none of them alive beside these (the operator compiles nothing else with RE2)."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import re2
 
@@ -39,9 +40,12 @@ _OPTIONS.max_mem = MAX_MEMORY
 _OPTIONS.log_errors = False  # a bad pattern is the job's error, not the operator's log's
 
 
-def _compile(pattern: str) -> re2._Regexp:
-    """``pattern`` compiled within ``MAX_MEMORY``, outside ``re2.compile``'s cache."""
-    return re2._Regexp(pattern, _OPTIONS)
+def _compile(pattern: str) -> Any:
+    """``pattern`` compiled within ``MAX_MEMORY``, not kept by ``re2.compile``'s cache."""
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    finally:
+        re2.purge()
 
 
 @functools.lru_cache(maxsize=CHECKED)
@@ -63,7 +67,7 @@ def problem(pattern: str) -> str:
 
 
 @functools.lru_cache(maxsize=KEPT)
-def _compiled(pattern: str) -> re2._Regexp:
+def _compiled(pattern: str) -> Any:
     return _compile(pattern)
 
 
