@@ -7,22 +7,21 @@ tests/test_gpu_hangs.py`` where only torch is installed."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import plain_pickle
 import pytest
 
 from ddp_operator import progress_stacks
+
+from harness.endpoint import Endpoint
 
 pytestmark = [pytest.mark.gpu, pytest.mark.torch]
 
@@ -45,26 +44,6 @@ STUCK = textwrap.dedent("""
     dist.all_reduce(t)  # queued behind it: #4 never starts
     print(t.sum().item())  # waits here, spinning a core
 """)
-
-
-class Endpoint(http.server.ThreadingHTTPServer):
-    """Stands for the operator's progress endpoint: keeps what is posted."""
-
-    def __init__(self) -> None:
-        self.got: list[dict[str, Any]] = []
-        got = self.got
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(202)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 def cpu_seconds(pid: int) -> float:

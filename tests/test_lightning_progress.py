@@ -5,17 +5,15 @@ ended by the report after it."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from harness import pylibs
+from harness.endpoint import Endpoint
 
 pytestmark = pytest.mark.torch
 
@@ -54,28 +52,6 @@ trainer = pl.Trainer(max_steps=8, accelerator="cpu", devices=1, logger=False,
 trainer.fit(Tiny(), data, data)
 progress.reporter().flush()
 """
-
-
-class Endpoint(http.server.ThreadingHTTPServer):
-    """Keeps the reports it is sent, in order."""
-
-    def __init__(self) -> None:
-        self.got: list[dict] = []
-        endpoint = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                endpoint.got.append(
-                    json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                )
-                self.send_response(202)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 def test_sanity_check_checkpoints_and_validation_are_phases_each_ended_by_the_next_report(
