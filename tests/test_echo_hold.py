@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from test_failure_facts import RULE, read, worker
 
 from ddp_operator.decide import echo_hold
@@ -72,3 +73,30 @@ def test_the_hold_ends_with_the_window_and_never_holds_a_cause_or_a_lone_worker(
         0, "torchrun-cause", ECHO_AT, message="Traceback (most recent call last):\nValueError: x"
     )
     assert echo_hold.wait([of_pod(said)], current, 0, at(1)) is None  # a cause decides now
+
+
+# Real outputs users meet, as recorded (tests/data/torch/README.md): an NCCL watchdog's timeout
+# under torchrun on an H200, a peer's NCCL remote error, gloo's timeout; the cause under
+# torchrun --tee (every line prefixed) and without @record.
+@pytest.mark.parametrize(
+    "echo", ["h200-nccl-timeout-torchrun", "nccl-remote-error", "gloo-timeout"]
+)
+@pytest.mark.parametrize("cause", ["tee-value-error", "torchrun-cause"])
+def test_real_echoes_wait_for_real_causes_whose_logs_decide(echo: str, cause: str) -> None:
+    body = ddpjob("j", "ns", nodes=2, backoffLimit=3, failurePolicy={"rules": [RULE]})
+    body["metadata"]["uid"] = "u"
+    j = resolve(body)
+    status = {"conditions": [], "startTime": ECHO_AT}
+    echoed = worker(0, echo, ECHO_AT)
+    running = replace(worker(1, cause, ECHO_AT), phase="Running", exit_code=None)
+    logs = {}
+    if (ask := of_pod(echoed).ask(0)) is not None:  # its message says too little: its log
+        logs[ask.uid, 0] = read(echoed, echo)
+    held = plan(j, status, [echoed, running], at(1), generation=1, logs=logs)
+    assert not held.status.get("firstFailure") and 4 < (held.requeue_after or 0) <= 5.5
+    ended = worker(1, cause, "2026-01-01T00:00:02Z")
+    logs[read(ended, cause).key] = read(ended, cause)
+    decided = plan(j, status, [echoed, ended], at(3), generation=1, logs=logs)
+    named = decided.status["firstFailure"]
+    assert (named["worker"], named["action"], named["source"]) == (1, fp.FAIL_JOB, "Log")
+    assert named["summary"] == "ValueError: bad batch 17 in shard 3", named
