@@ -1,7 +1,8 @@
 """A stranger cannot starve a job's progress: a pod of another namespace on the real node floods
 the progress endpoint, from several threads, with made-up tokens shaped as the kubelet's (some
 naming the job's own pods), while a new job starts. The job's reports are all taken (none held
-back), nothing restarts, and the flood costs the operator no TokenReview (``report_gate``)."""
+back), nothing restarts, and the flood costs the operator no TokenReview (``report_gate``). A
+worker of an image with nothing of ours reports through the same gate."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from test_metrics import scrape
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import pod_on_real_node
+from harness.realnode import pod_on_real_node, trainer_job
 from harness.reporting import Reporting, progress, progress_job, worker_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
@@ -126,3 +127,49 @@ def test_a_stranger_s_flood_of_made_up_tokens_holds_no_report_of_a_new_job_back(
         f"TokenReviews (the job's), operator CPU {cpu:.1f} s "
         f"({1000 * cpu / strangers:.2f} s per 1000 refused)"
     )
+
+
+# Kubeflow Trainer's status updates as transformers' KubeflowCallback posts them (the env the
+# operator gives the pod: the URL and the token's file), from a script in Debian's Python alone.
+KUBEFLOW_POSTS = """
+import json, os, time, urllib.request
+url, token = os.environ["KUBEFLOW_TRAINER_SERVER_URL"], os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]
+for step in (0, 5, 10):
+    status = {"progressPercentage": step * 10, "metrics": [
+        {"name": "current_step", "value": str(step)}, {"name": "total_steps", "value": "10"}]}
+    if step == 0:  # the start's: the total only
+        status = {"progressPercentage": 0, "metrics": [{"name": "total_steps", "value": "10"}]}
+    body = json.dumps({"trainerStatus": status}).encode()
+    auth = {"Authorization": "Bearer " + open(token).read().strip(),
+            "Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(url, body, auth), timeout=10) as r:
+        print("ANSWER", r.status, flush=True)
+    time.sleep(1)
+"""
+
+
+def test_an_image_with_nothing_of_ours_reports_through_the_same_gate(
+    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+) -> None:
+    """A worker in Debian's Python image (no torch, nothing of the project's) posts Kubeflow's
+    status updates from its own address: each is taken after one review of its token, and the
+    job shows its steps."""
+    ns, name = reporting.ns, "plain"
+    job = trainer_job(name, ns, images["python"], [])
+    job["spec"]["nodes"] = 1
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["command"], trainer["args"] = ["python3", "-c", KUBEFLOW_POSTS], []
+    before = scrape(reporting.metrics)
+    jobs.apply(cluster, job)
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=180)
+    log = worker_log(cluster, ns, f"{name}-worker-0")
+    assert log.count("ANSWER 200") == 3, log
+    shown = wait_for(
+        lambda: progress(cluster, ns, name).get("step") == 10 and progress(cluster, ns, name),
+        timeout=30,
+        what="the last update on the job",
+    )
+    assert shown["total"] == 10 and shown.get("protocol") == "kubeflow", shown
+    reviews = scrape(reporting.metrics).get(REVIEWS, 0) - before.get(REVIEWS, 0)
+    assert reviews == 1, reviews
+    assert done["status"].get("restarts", 0) == 0
