@@ -104,6 +104,9 @@ if [[ -n "$local_cluster" ]]; then
 fi
 took "cluster up"
 
+# The sessions never take the cluster down: this run does, if it brought it up. A session that
+# read it as stopped (a slow /readyz) brings it up again, a no-op on a running cluster.
+export DDP_KEEP_CLUSTER=1
 rc=0
 host_done=""
 if [[ -n "$host" ]]; then

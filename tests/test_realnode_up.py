@@ -2,7 +2,7 @@
 no node but the fake ones it creates again; no wait of `realnode.sh up` counts a build (the
 first `make demo` on a fresh machine once failed so: its deadline had passed while the node's
 binaries built); a failed up stops what it started; the node's daemons hold none of their
-caller's open files."""
+caller's open files; ups at once take turns."""
 
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ def test_no_wait_counts_a_build_and_a_failed_up_stops_what_it_started(
         for name, pid in pids().items():
             held = {os.path.realpath(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
             assert str(tmp_path / "caller.lock") not in held, name
+            assert str(ROOT / ".cluster" / "realnode.lock") not in held, name
 
         stop_kube_proxy()
         others = {k: v for k, v in pids().items() if k != "kube-proxy"}
@@ -101,6 +102,40 @@ def test_no_wait_counts_a_build_and_a_failed_up_stops_what_it_started(
         again = realnode_up()
         assert again.returncode == 0, again.stderr[-3000:]
     assert set(pids()) == set(DAEMONS)
+
+
+# What up renders from realnode/'s templates (render), each through a file of its own beside it.
+RENDERED = (
+    "containerd/config.toml",
+    "containerd/certs.d/_default/hosts.toml",
+    "cni/net.d/10-ddp.conflist",
+    "kubelet/config.yaml",
+    "kube-proxy.yaml",
+    "coredns/Corefile",
+)
+
+
+def test_ups_at_once_take_turns_restart_nothing_and_leave_no_render_behind(
+    cluster: Cluster, images: dict[str, str]
+) -> None:
+    """Three `realnode.sh up` at once, as two test sessions and a user's `make cluster-up` run
+    them (CI of 2026-12-05 failed so: "mv: cannot stat kube-proxy.yaml.new"): each succeeds, no
+    daemon restarts, and no rendered file's temporary copy is left."""
+    before = pids()
+    ups = [
+        subprocess.Popen(
+            [str(REALNODE_SH), "up"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    for up in ups:
+        _, err = up.communicate(timeout=600)
+        assert up.returncode == 0, err[-3000:]
+    assert pids() == before
+    for rendered in RENDERED:
+        path = RN / rendered
+        assert path.is_file(), path
+        assert sorted(path.parent.glob(f"{path.name}.*")) == []
 
 
 TAINT = {"key": "ddp-operator.io/test-up", "value": "held", "effect": "NoSchedule"}

@@ -285,6 +285,9 @@ status() {
 }
 
 case "${1:-}" in
+  up | down | image | trainer | operator | netpol) hold_lock ;;
+esac
+case "${1:-}" in
   up) up ;;
   down) down ;;
   image) provide base ;;

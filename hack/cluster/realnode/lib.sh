@@ -52,19 +52,32 @@ tools() {
 }
 
 # render TEMPLATE OUT: realnode/TEMPLATE with each setting (an upper-case word between at signs)
-# replaced by its value, written to OUT unless OUT holds that already.
+# replaced by its value, written to OUT unless OUT holds that already (through a file of its
+# own beside OUT, renamed over it).
 render() {
+  local new
+  new="$(mktemp "$2.XXXXXX")" && chmod 0644 "$new"
   sed -e "s|@RN@|$rn|g; s|@SOCK@|$sock|g; s|@BIN@|$bin|g; s|@RUNC@|$runc|g" \
     -e "s|@IMAGES_ROOT@|$images_root|g; s|@PAUSE_REF@|$pause_ref|g; s|@NODE@|$node|g" \
     -e "s|@BRIDGE@|$bridge|g; s|@SUBNET@|$subnet|g; s|@GATEWAY@|$gateway|g" \
     -e "s|@SERVICE_CIDR@|$service_cidr|g; s|@CLUSTER_DOMAIN@|$cluster_domain|g" \
     -e "s|@KUBECONFIG@|$kubeconfig|g; s|@KUBELET_PORT@|$((port0 + 6))|g" \
     -e "s|@HEALTHZ_PORT@|$((port0 + 7))|g; s|@PROXY_HEALTHZ_PORT@|$((port0 + 8))|g" \
-    -e "s|@PROXY_METRICS_PORT@|$((port0 + 9))|g" "$here/realnode/$1" >"$2.new"
-  if grep -q '@[A-Z_]*@' "$2.new"; then die "$2.new: a setting is not rendered"; fi
+    -e "s|@PROXY_METRICS_PORT@|$((port0 + 9))|g" "$here/realnode/$1" >"$new"
+  if grep -q '@[A-Z_]*@' "$new"; then die "$2: a setting of $1 is not rendered: $new"; fi
   # Written only when it changes: kube-proxy exits when its configuration file is rewritten
   # ("content of the proxy server's configuration file was updated"), so a second up must not.
-  if cmp -s "$2.new" "$2"; then rm -f "$2.new"; else mv -f "$2.new" "$2"; fi
+  if cmp -s "$new" "$2"; then rm -f "$new"; else mv -f "$new" "$2"; fi
+}
+
+# hold_lock: waits for, then holds until it exits, this checkout's lock of the node
+# (.cluster/realnode.lock): one command that changes the node at a time. Two ups at once (two
+# test sessions, a second `make cluster-up`) once raced on the same files (CI: "mv: cannot stat
+# kube-proxy.yaml.new"). The daemons it starts do not hold it (close_inherited_fds).
+hold_lock() {
+  mkdir -p "$state"
+  exec {lock_fd}>>"$state/realnode.lock"
+  flock "$lock_fd" || die "cannot lock $state/realnode.lock"
 }
 
 # daemon NAME CMD...: starts CMD in a session of its own, its output in NAME.log, its pid in
