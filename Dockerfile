@@ -13,6 +13,11 @@ FROM ${BASE}
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-compile /wheels/*.whl && rm -rf /wheels \
  && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin ddp-operator
+# The helpers the operator delivers to every worker, whatever its image (manifests/helpers_pod.py:
+# an init container copies this folder, or an image volume mounts it): sitecustomize, the
+# Lightning entry point and ddp_operator's progress modules (Python 3.9+, the standard library).
+COPY helpers/ /opt/ddp-operator/helpers/
+COPY operator/ddp_operator/progress.py operator/ddp_operator/progress_stacks.py operator/ddp_operator/lightning_progress.py /opt/ddp-operator/helpers/ddp_operator/
 USER 10001
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 EXPOSE 8080 9090

@@ -123,6 +123,17 @@ def images(cluster: Cluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def foreign_images(images: dict[str, str]) -> dict[str, str]:
+    """The images that carry nothing of the project (tests/images/), on the real node: their
+    names by folder. Built first with no lock of the node held: the other sessions' steps on
+    the node go on meanwhile (make test builds them in the background from its start)."""
+    for name in realnode.FOREIGN:
+        realnode.built(name)
+    with exclusively("realnode"):
+        return {name: realnode.foreign(name) for name in realnode.FOREIGN}
+
+
+@pytest.fixture(scope="session")
 def crd(cluster: Cluster) -> str:
     """The DDPJob CRD, applied and Established. Every session (and each xdist worker) applies it
     at once on a new cluster: Established is read from the API, as a `kubectl wait` that failed

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,15 +20,13 @@ import pytest
 
 from ddp_operator import progress_stacks
 
+from harness import pylibs
 from harness.endpoint import Endpoint
 
 pytestmark = [pytest.mark.gpu, pytest.mark.torch]
 
 OPERATOR = Path(__file__).resolve().parents[1] / "operator"
-TRAINER_IMAGE = OPERATOR.parent / "trainer_image"
 STUCK = textwrap.dedent("""
-    import site, sys
-    site.addsitedir(sys.argv[1])  # the image's site-packages, with its .pth
     import os
     import torch, torch.distributed as dist
     dist.init_process_group(
@@ -53,10 +50,10 @@ def cpu_seconds(pid: int) -> float:
 
 def test_an_nccl_rank_stuck_behind_a_kernel_says_where_it_waits(tmp_path: Path) -> None:
     endpoint = Endpoint()
-    shutil.copy(TRAINER_IMAGE / "ddp_operator_stacks.pth", tmp_path)
     script = tmp_path / "train.py"
     script.write_text(STUCK)
-    path = os.pathsep.join([str(TRAINER_IMAGE), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
+    # The helpers first, as the operator delivers them: their sitecustomize starts the watch.
+    path = os.pathsep.join([str(pylibs.helpers()), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
     env = {
         **os.environ,
         "PYTHONPATH": path,
@@ -87,7 +84,7 @@ def test_an_nccl_rank_stuck_behind_a_kernel_says_where_it_waits(tmp_path: Path) 
     assert stack["collectives"] == [
         {"group": "default_pg", "entered": 4, "completed": 3, "op": "all_reduce"}
     ], stack
-    assert stack["frames"][-1] == f"{tmp_path.name}/train.py:16 <module>", stack
+    assert stack["frames"][-1] == f"{tmp_path.name}/train.py:14 <module>", stack
     assert stack["quietSeconds"] >= 15
     # With it, its recorder's dump, kept where torch writes one on a timeout: the same facts.
     dumped = plain_pickle.load((tmp_path / "comm_lib_trace_rank_0").read_bytes())

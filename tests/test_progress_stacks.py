@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,8 +24,9 @@ from ddp_operator import progress, progress_stacks
 from ddp_operator.decide import culprit
 from ddp_operator.model import constants as c
 
+from harness import pylibs
+
 OPERATOR = Path(__file__).resolve().parents[1] / "operator"
-TRAINER_IMAGE = OPERATOR.parent / "trainer_image"
 TORCH_DATA = Path(__file__).parent / "data" / "torch"  # h200-*: recorded on a GPU (README)
 
 
@@ -230,8 +230,6 @@ def test_outside_a_ddpjob_s_pod_no_process_is_watched(monkeypatch) -> None:
 
 
 UNMODIFIED = textwrap.dedent("""
-    import site, sys
-    site.addsitedir(sys.argv[1])  # the image's site-packages, with its .pth
     import os, time
     import torch, torch.distributed as dist
     dist.init_process_group(
@@ -250,12 +248,12 @@ UNMODIFIED = textwrap.dedent("""
 
 
 def unmodified_ranks(to: Endpoint, tmp_path: Path, **env: str) -> list[subprocess.Popen]:
-    """Ranks 0 and 1 of UNMODIFIED, started through the trainer image's .pth, reporting ``to``,
+    """Ranks 0 and 1 of UNMODIFIED, watched through the delivered helpers, reporting ``to``,
     with ``env``."""
-    shutil.copy(TRAINER_IMAGE / "ddp_operator_stacks.pth", tmp_path)
     script = tmp_path / "train.py"
     script.write_text(UNMODIFIED)
-    path = os.pathsep.join([str(TRAINER_IMAGE), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
+    # The helpers first, as the operator delivers them: their sitecustomize starts the watch.
+    path = os.pathsep.join([str(pylibs.helpers()), str(OPERATOR), os.environ.get("PYTHONPATH", "")])
     env = {
         **os.environ,
         "PYTHONPATH": path,
@@ -315,7 +313,7 @@ def test_two_real_ranks_of_an_unmodified_script_name_the_one_that_hung(
     hung = culprit.named(kept, None)
     assert hung is not None and hung.rank == 1, kept
     assert "never joined all_reduce #4 (default_pg): it stood at " in hung.words, hung.words
-    assert f"{tmp_path.name}/train.py:13 in <module>; rank 0 waits there at " in hung.words
+    assert f"{tmp_path.name}/train.py:11 in <module>; rank 0 waits there at " in hung.words
     # With its first stack, each wrote its recorder's dump where torch would on a timeout: the
     # same facts, kept for torch's analyser (read here as plain data only).
     for r in (0, 1):

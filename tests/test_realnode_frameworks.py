@@ -1,7 +1,8 @@
 """Progress with no code change, on the real node: a Hugging Face Trainer (transformers'
-KubeflowCallback) and a Lightning script (the trainer image's callback, an entry point) report
-their steps to the job; a resumed Trainer is timed from its first real step, and neither a
-Trainer's evaluation nor a Lightning validation longer than the stall timeout is a hang."""
+KubeflowCallback) and a Lightning script (the operator's delivered callback, an entry point),
+in Debian's Python image with nothing of the project, report their steps to the job; a resumed
+Trainer is timed from its first real step, and neither a Trainer's evaluation nor a Lightning
+validation longer than the stall timeout is a hang."""
 
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ def run_framework_script(
     lib: Any,
     script: str,
     *env: dict,
-    current: bool = False,
+    ckpt: bool = False,
     **spec_fields: Any,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     """A 1-worker job running ``script`` with the libraries of ``lib`` (a host folder, mounted at
-    /opt/lib) on its path, to its end: its status, the progress it showed on the way, its log.
-    ``current``: this checkout's progress modules (``pylibs.helpers``) ahead of the image's, and
-    an emptyDir at /ckpt (kept across an in-place restart); ``spec_fields``: the job's own."""
+    /opt/lib, on the template's own PYTHONPATH: the operator's delivered helpers come first,
+    this checkout's as its operator image holds them) to its end: its status, the progress it
+    showed on the way, its log. ``ckpt``: an emptyDir at /ckpt (kept across an in-place
+    restart); ``spec_fields``: the job's own."""
     args = ["sh", "-c", 'printf "%s" "$SCRIPT" > /tmp/t.py && exec python3 /tmp/t.py']
     job = trainer_job(name, ns, image, args, procsPerNode=1, **spec_fields)
     job["spec"]["nodes"] = 1
@@ -39,21 +41,12 @@ def run_framework_script(
     spec["volumes"] = [{"name": "lib", "hostPath": {"path": str(lib), "type": "Directory"}}]
     trainer = spec["containers"][0]
     trainer["volumeMounts"] = [{"name": "lib", "mountPath": "/opt/lib", "readOnly": True}]
-    path = "/opt/lib:/opt/ddp-operator"
-    if current:
-        helpers = {"path": str(pylibs.helpers()), "type": "Directory"}
-        spec["volumes"] += [
-            {"name": "helpers", "hostPath": helpers},
-            {"name": "ckpt", "emptyDir": {}},
-        ]
-        trainer["volumeMounts"] += [
-            {"name": "helpers", "mountPath": "/opt/helpers", "readOnly": True},
-            {"name": "ckpt", "mountPath": "/ckpt"},
-        ]
-        path = "/opt/lib:/opt/helpers:/opt/ddp-operator"
+    if ckpt:
+        spec["volumes"].append({"name": "ckpt", "emptyDir": {}})
+        trainer["volumeMounts"].append({"name": "ckpt", "mountPath": "/ckpt"})
     trainer["env"] = [
         {"name": "SCRIPT", "value": script},
-        {"name": "PYTHONPATH", "value": path},
+        {"name": "PYTHONPATH", "value": "/opt/lib"},
         *env,
     ]
     jobs.apply(cluster, job)
@@ -92,7 +85,7 @@ print("TRAINED", flush=True)
 
 
 def test_a_hugging_face_trainer_reports_with_no_code_change(
-    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
     """A Hugging Face ``Trainer`` script (a tiny GPT-2 built here, no download) that never
     imports ddp_operator, with ``report_to="none"``: transformers' own KubeflowCallback finds
@@ -102,7 +95,13 @@ def test_a_hugging_face_trainer_reports_with_no_code_change(
     ns, name = reporting.ns, "hugging-face"
     offline = {"name": "HF_HUB_OFFLINE", "value": "1"}
     status, seen, log = run_framework_script(
-        cluster, ns, name, images["trainer"], pylibs.transformers(), HUGGING_FACE, offline
+        cluster,
+        ns,
+        name,
+        foreign_images["debian-torch"],
+        pylibs.transformers(),
+        HUGGING_FACE,
+        offline,
     )
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     last = status["progress"]
@@ -145,7 +144,7 @@ print("TRAINED", flush=True)
 
 
 def test_a_lightning_script_reports_with_no_code_change(
-    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
     """A PyTorch Lightning script that never imports ddp_operator: Lightning adds the image's
     callback by itself (the entry point ``lightning.pytorch.callbacks_factory`` the trainer
@@ -154,7 +153,7 @@ def test_a_lightning_script_reports_with_no_code_change(
     ns, name = reporting.ns, "lightning"
     interval = {"name": "DDP_PROGRESS_INTERVAL", "value": "1"}
     status, seen, log = run_framework_script(
-        cluster, ns, name, images["trainer"], pylibs.lightning(), LIGHTNING, interval
+        cluster, ns, name, foreign_images["debian-torch"], pylibs.lightning(), LIGHTNING, interval
     )
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     last = status["progress"]
@@ -213,7 +212,7 @@ print("TRAINED", flush=True)
 
 
 def test_a_resumed_hugging_face_trainer_is_timed_from_its_first_step_and_may_evaluate(
-    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
     """Issue 68, items 3 and 4, in one job (stall timeout 30 s). Attempt 0 fails after its
     checkpoint of step 20; attempt 1 resumes there (``resume_from_checkpoint``), its steps 2 s
@@ -226,8 +225,8 @@ def test_a_resumed_hugging_face_trainer_is_timed_from_its_first_step_and_may_eva
     offline = {"name": "HF_HUB_OFFLINE", "value": "1"}
     stall = {"timeoutSeconds": 30}
     status, seen, log = run_framework_script(
-        cluster, ns, name, images["trainer"], pylibs.transformers(), HUGGING_FACE_RESUMED,
-        offline, current=True, stallDetection=stall,
+        cluster, ns, name, foreign_images["debian-torch"], pylibs.transformers(),
+        HUGGING_FACE_RESUMED, offline, ckpt=True, stallDetection=stall,
     )  # fmt: skip
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     assert "EVALUATING at step 25" in log, log[-3000:]
@@ -279,7 +278,7 @@ print("TRAINED", flush=True)
 
 
 def test_a_lightning_validation_longer_than_the_stall_timeout_is_no_hang(
-    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
     """Issue 68, item 4: the callback reports Lightning's sanity check, validation and checkpoint
     saves as phases (this checkout's ``lightning_progress``, mounted ahead of the image's). A
@@ -288,8 +287,8 @@ def test_a_lightning_validation_longer_than_the_stall_timeout_is_no_hang(
     ns, name = reporting.ns, "lightning-validates"
     interval = {"name": "DDP_PROGRESS_INTERVAL", "value": "1"}
     status, seen, log = run_framework_script(
-        cluster, ns, name, images["trainer"], pylibs.lightning(), LIGHTNING_VALIDATES, interval,
-        current=True, stallDetection={"timeoutSeconds": 30},
+        cluster, ns, name, foreign_images["debian-torch"], pylibs.lightning(),
+        LIGHTNING_VALIDATES, interval, ckpt=True, stallDetection={"timeoutSeconds": 30},
     )  # fmt: skip
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     assert status["restarts"] == 0 and not status.get("firstFailure"), status

@@ -127,15 +127,19 @@ for f in sorted(os.listdir("/ddp-flight-recorder")):  # what the last attempt le
 
 
 def test_a_hang_in_a_script_that_never_reports_is_caught_from_its_processes(
-    cluster: Cluster, reporting: Reporting, images: dict[str, str]
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
     """Issue 54: a script with no progress code (no ``report``); rank 1 stops at step 30 of
     attempt 0 and rank 0 waits in its all_reduce. Each pod's watch finds its processes quiet,
     its readiness says so, and once both have been quiet for the stall timeout the job says
-    Stalled, naming worker 1 (each rank of the trainer image said where it stands:
-    ``progress_stacks.autostart``), restarts the group, and attempt 1 trains to Succeeded."""
+    Stalled, naming worker 1 (each rank said where it stands through the operator's helpers,
+    in Debian's Python image with nothing of the project: ``progress_stacks.autostart``),
+    restarts the group, and attempt 1 trains to Succeeded."""
     ns, name = reporting.ns, "quiet-hang"
-    jobs.apply(cluster, hanging_job(name, ns, images["trainer"], UNMODIFIED_HANGS_ON_ATTEMPT_0))
+    jobs.apply(
+        cluster,
+        hanging_job(name, ns, foreign_images["debian-torch"], UNMODIFIED_HANGS_ON_ATTEMPT_0),
+    )
     running = jobs.wait_condition(cluster, ns, name, "Running", timeout=180)
     restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=240)
     cond = jobs.condition(restarted, "Restarting")

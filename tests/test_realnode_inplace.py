@@ -165,16 +165,17 @@ def test_in_place_pods_run_in_a_restricted_namespace(
     assert logs.count("ran 1") == 2, logs
 
 
-def test_a_trainer_image_without_a_shell_falls_back_to_recreate_saying_why(
+def test_without_helpers_a_trainer_image_without_a_shell_falls_back_to_recreate_saying_why(
     cluster: Cluster, namespace: str, operator, images: dict[str, str]
 ) -> None:
-    """The watch runs /bin/sh from the trainer's image: in one without a shell (the node's pause
-    image stands in for a distroless trainer) it cannot start. The job says so, builds its
-    workers again without it in the same attempt (no restart counted), and recreates the group
-    on a failure."""
+    """With the operator's helpers off (``spec.helpers``), the watch runs /bin/sh from the
+    trainer's image: in one without a shell (the node's pause image stands in for a distroless
+    trainer) it cannot start. The job says so, builds its workers again without it in the same
+    attempt (no restart counted), and recreates the group on a failure."""
     node = cluster.core.read_node(NODE)
     pause = next(n for i in node.status.images for n in i.names if "/pause:" in n)
-    job = for_real_node(ddpjob("noshell", namespace, nodes=2, backoffLimit=1), pause)
+    spec = {"nodes": 2, "backoffLimit": 1, "helpers": {"enabled": False}}
+    job = for_real_node(ddpjob("noshell", namespace, **spec), pause)
     job["spec"]["template"]["spec"]["containers"][0] |= {
         "command": ["/pause"],
         "imagePullPolicy": "Never",

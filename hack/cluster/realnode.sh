@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh):
-# `realnode.sh up|down|status|image|trainer [NAME=VALUE]...|operator|netpol stop|start`.
+# One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh): `realnode.sh
+# up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|netpol stop|start`.
 # up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins, CoreDNS and
 #         netpol (build.sh real-node) and the pause image, then starts containerd and a kubelet that
 #         registers node real-node-0 (label ddp-operator.io/node=real; no taint: the fake nodes
@@ -31,6 +31,8 @@
 #         image is its Debian Python 3.11 base, the others their Dockerfiles built with buildah),
 #         imports it when the node runs and prints its name. The trainer image of the default
 #         build arguments is tagged ddp-operator/trainer:cpu too, the examples' image.
+# foreign NAME: likewise the image of tests/images/NAME/Dockerfile (image.sh foreign NAME), one
+#         that carries nothing of the project, named ddp-operator.io/foreign-NAME:<key>.
 # status: says what runs.
 # The configuration files are the templates in realnode/. tests/test_realnode*.py run pods and
 # DDP jobs on the node and check that down leaves nothing. Needs root, socat and iptables, for
@@ -234,7 +236,8 @@ up() {
   log "node $node is Ready in $((SECONDS - t0))s (containerd $CONTAINERD_VERSION, logs in $rn)"
 }
 
-# provide base|trainer|operator [NAME=VALUE]...: the image image.sh builds (or reuses), imported
+# provide ARGS...: the image `image.sh ARGS...` builds (or reuses: base, trainer [NAME=VALUE]...,
+# operator, foreign NAME), imported
 # into the running node unless it is there (its name carries its cache key); prints its name.
 provide() {
   [[ $(id -u) == 0 ]] || die "needs root"
@@ -251,13 +254,15 @@ provide() {
   if [[ $1 == trainer && $# == 1 ]] && pid_of containerd >/dev/null; then
     ctr_ images tag --force "$ref" "$examples_trainer" >/dev/null
   fi
-  # Earlier builds of this image (its name up to the key: trainer:torch2.5.1-<key>, operator:<key>)
-  # go, from the cache and from the node (containerd then collects their content): the trainer
-  # image is 3.2 GB.
+  # Earlier builds of this image (its name up to the key: trainer:torch2.5.1-<key>, operator:<key>,
+  # foreign-NAME:<key>) go, from the cache and from the node (containerd then collects their
+  # content): the trainer image is 3.2 GB. An archive is one of them only where what follows its
+  # stem has no '-' (the key or the date alone): foreign-debian-<key>.tar's stem also starts
+  # foreign-debian-torch-<key>.tar, another image's.
   local stem="${ref%:*}:" old
   if [[ "${ref##*:}" == *-* ]]; then stem="${ref%-*}-"; fi
   for old in "${tar%-*}"-*.tar; do
-    if [[ "$old" != "$tar" && -f "$old" ]]; then rm -f "$old"; fi
+    if [[ "$old" != "$tar" && -f "$old" && "${old#"${tar%-*}"-}" != *-* ]]; then rm -f "$old"; fi
   done
   if pid_of containerd >/dev/null; then
     for old in $(ctr_ images ls -q 2>/dev/null); do
@@ -285,7 +290,7 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | image | trainer | operator | netpol) hold_lock ;;
+  up | down | image | trainer | operator | foreign | netpol) hold_lock ;;
 esac
 case "${1:-}" in
   up) up ;;
@@ -293,6 +298,10 @@ case "${1:-}" in
   image) provide base ;;
   trainer) shift; provide trainer "$@" ;;
   operator) provide operator ;;
+  foreign)
+    [[ $# == 2 ]] || { echo "usage: $0 foreign NAME (tests/images/NAME)" >&2; exit 2; }
+    provide foreign "$2"
+    ;;
   status) status ;;
   netpol)
     tools
@@ -302,5 +311,8 @@ case "${1:-}" in
       *) echo "usage: $0 netpol stop|start" >&2; exit 2 ;;
     esac
     ;;
-  *) echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator|netpol stop|start" >&2; exit 2 ;;
+  *)
+    echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|netpol stop|start" >&2
+    exit 2
+    ;;
 esac

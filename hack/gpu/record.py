@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -106,14 +105,21 @@ class Endpoint(http.server.ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/progress"
 
 
-def install_watch() -> None:
-    """As the trainer image's Dockerfile: the package at /opt/ddp-operator, the .pth in
-    site-packages."""
-    opt = Path("/opt/ddp-operator")
-    shutil.rmtree(opt, ignore_errors=True)
-    shutil.copytree(ROOT / "operator" / "ddp_operator", opt / "ddp_operator")
-    shutil.copy(ROOT / "trainer_image" / "ddp_operator_stacks.py", opt)
-    shutil.copy(ROOT / "trainer_image" / "ddp_operator_stacks.pth", sysconfig.get_path("purelib"))
+HELPERS = Path("/ddp-operator/helpers")
+
+
+def install_helpers() -> None:
+    """As the operator delivers its helpers to a worker (its image's /opt/ddp-operator/helpers:
+    the repository's helpers/ and ddp_operator's progress modules), at HELPERS, which goes first
+    on the cases' PYTHONPATH: its sitecustomize starts the stacks watch."""
+    sys.path[:0] = [str(ROOT / "operator")]
+    from ddp_operator.manifests.helpers_pod import MODULES
+
+    shutil.rmtree(HELPERS, ignore_errors=True)
+    shutil.copytree(ROOT / "helpers", HELPERS)
+    (HELPERS / "ddp_operator").mkdir()
+    for name in MODULES:
+        shutil.copy(ROOT / "operator" / "ddp_operator" / name, HELPERS / "ddp_operator")
 
 
 def watchdog_env() -> dict[str, str]:
@@ -171,7 +177,7 @@ def main() -> None:
     work.mkdir()
     (work / "train.py").write_text(TRAIN)
     (work / "probe.py").write_text(PROBE)
-    install_watch()
+    install_helpers()
     endpoint = Endpoint()
     base = {
         **os.environ,
@@ -179,6 +185,7 @@ def main() -> None:
         "PG_TIMEOUT": str(PG_TIMEOUT),
         "DDP_PROGRESS_URL": endpoint.url,
         "DDP_ATTEMPT": "0",
+        "PYTHONPATH": str(HELPERS),
         "MASTER_ADDR": "127.0.0.1",
         "RANK": "0",
         "WORLD_SIZE": "1",

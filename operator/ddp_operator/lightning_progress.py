@@ -1,8 +1,8 @@
 """PyTorch Lightning scripts report into their DDPJob with no code change: Lightning adds the
 callbacks its entry point group ``lightning.pytorch.callbacks_factory`` (``pytorch_lightning.
 callbacks_factory`` for the standalone package) names to every ``Trainer`` by itself, and this
-package names ``callbacks`` there (the trainer image carries the entry point beside
-``progress.py``; ``pip install`` of this repository declares it too).
+package names ``callbacks`` there (the operator's delivered helpers carry an entry point to
+it, ``helpers/ddp_operator_helpers.py``; ``pip install`` of this repository declares it too).
 
 In a DDPJob's pod (``DDP_PROGRESS_URL`` set) the callback reports each training batch's end
 (``report``: rank 0, rate-limited): the trainer's global step, of ``max_steps`` or its estimated

@@ -21,10 +21,10 @@ background thread. It never blocks training and never raises: with the operator 
 network, or no ``DDP_PROGRESS_URL`` (a run outside a DDPJob), the script runs on as before and
 says so once on stderr.
 
-The standard library only: the trainer image carries this file; copy it into any other image
-(``ddp_operator/progress.py`` on the ``PYTHONPATH``). The operator gives each worker pod the URL
-(``DDP_PROGRESS_URL``) and a token of the pod's own, bound to it (``DDP_PROGRESS_TOKEN``, a file):
-only the job's own pods can report for it.
+The standard library only, Python 3.9 and later: the operator delivers this file to every worker,
+whatever its image (``manifests/helpers_pod.py``; no install). The operator gives each worker pod
+the URL (``DDP_PROGRESS_URL``) and a token of the pod's own, bound to it (``DDP_PROGRESS_TOKEN``, a
+file): only the job's own pods can report for it.
 """
 
 from __future__ import annotations

@@ -13,18 +13,18 @@ With the stack goes where the rank stands in each process group's collectives, r
 torch's flight recorder in the rank's own process (``collectives``: plain numbers and names, as
 JSON; never a pickle): the operator then names the collective the hung rank never joined.
 
-A script that never calls ``report`` is watched by its CPU time instead (``autostart``, run at
-the start of every Python process of the trainer image through a ``.pth`` file): once the
-process has joined a process group, it is quiet while it uses under QUIET_SHARE of a core (a
-rank blocked in a gloo collective, asleep or deadlocked uses 1%; one computing, loading or saving
-uses more), and sends its stack after LEAST_QUIET seconds of it. Its flight recorder counts
-too: a rank that began or ended a collective since its last look moves; one that has stood in
-one unfinished collective since is quiet whatever its CPU (an NCCL rank waiting for the others
-spins a core in CUDA's synchronisation). While the
-spell lasts, it says so again every RESEND seconds (``quietSeconds`` growing): the operator
-counts only a rank that still says so (``decide/quiet``). With its first stack of a spell, it
-writes its recorder's dump where torch would on a timeout (``keep_dump``), for ``torchfrtrace``.
-A rank that calls ``report`` goes by its calls alone.
+A script that never calls ``report`` is watched by its CPU time instead (``autostart``, run at the
+start of every Python process of a worker by the operator's delivered ``sitecustomize``, whatever
+its image): once the process has joined a process group, it is quiet while it uses under
+QUIET_SHARE of a core (a rank blocked in a gloo collective, asleep or deadlocked uses 1%; one
+computing, loading or saving uses more), and sends its stack after LEAST_QUIET seconds of it. Its
+flight recorder counts too: a rank that began or ended a collective since its last look moves; one
+that has stood in one unfinished collective since is quiet whatever its CPU (an NCCL rank waiting
+for the others spins a core in CUDA's synchronisation). While the spell lasts, it says so again
+every RESEND seconds (``quietSeconds`` growing): the operator counts only a rank that still says so
+(``decide/quiet``). With its first stack of a spell, it writes its recorder's dump where torch
+would on a timeout (``keep_dump``), for ``torchfrtrace``. A rank that calls ``report`` goes by its
+calls alone.
 """
 
 from __future__ import annotations
@@ -266,12 +266,17 @@ class StackWatch:
                 cpu, at = time.process_time(), time.monotonic()  # its own sending is no work
 
 
+_autostarted: list[bool] = []  # one watch a process, however many start it
+
+
 def autostart(rank: Callable[[], int], send: Callable[[dict[str, Any]], bool]) -> None:
-    """Watch this process by its CPU time, in a DDPJob's pod (``URL_ENV`` set): for the trainer
-    image's ``.pth``, at the start of every Python process (``rank`` and ``send`` as
-    ``progress`` gives them: it is imported only when a stack goes); never raises."""
-    if not os.environ.get(URL_ENV):
+    """Watch this process by its CPU time, in a DDPJob's pod (``URL_ENV`` set): for the delivered
+    ``sitecustomize``, at the start of every Python process (``rank`` and ``send`` as
+    ``progress`` gives them: it is imported only when a stack goes); once, however often it is
+    called (an image's own ``.pth`` may start it too); never raises."""
+    if not os.environ.get(URL_ENV) or _autostarted:
         return
+    _autostarted.append(True)
     import contextlib
 
     with contextlib.suppress(Exception):  # (never in the way of the process)

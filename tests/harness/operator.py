@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -13,12 +14,26 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cluster import ROOT, Cluster, wait_for
+from .cluster import ROOT, Cluster, exclusively, wait_for
 
 BIN = Path(sys.executable).parent / "ddp-operator"
 # Each process's log, in the checkout beside the test reports (not /tmp, where every run left
 # a hundred): a failed run's operators can be read there; a fresh clone starts without them.
 LOGS = ROOT / ".cluster" / "test-report" / "operators"
+
+
+@functools.cache
+def helpers_image(local: bool) -> str:
+    """The image the tests' operators deliver their helpers from, as the chart's operator does
+    from its own: $DDP_HELPERS_IMAGE if set (another cluster: an operator image its nodes pull;
+    empty: none), else on the local cluster its operator image, this checkout's (built or taken
+    from the cache, and on the real node: realnode.sh operator)."""
+    if "DDP_HELPERS_IMAGE" in os.environ or not local:
+        return os.environ.get("DDP_HELPERS_IMAGE", "")
+    from .realnode import realnode
+
+    with exclusively("realnode"):
+        return realnode("operator")
 
 
 class OperatorProcess:
@@ -37,7 +52,7 @@ class OperatorProcess:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             self.args,
-            env=self.cluster.env(),
+            env={"DDP_HELPERS_IMAGE": helpers_image(self.cluster.local), **self.cluster.env()},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

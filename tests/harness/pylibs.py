@@ -4,10 +4,10 @@ once from PyPI into a folder of the build cache (``pip install --target``, keyed
 versions), which the pods mount from the real node (this machine) read-only. The image stays
 as it is: torch, and no trainer framework.
 
-``helpers`` is this checkout's own copy of what the image carries under ``/opt/ddp-operator``
-(``progress.py``, ``progress_stacks.py``, ``lightning_progress.py``: a namespace package, as
-there): put ahead of it on a pod's ``PYTHONPATH``, a test runs the modules as they are now,
-whether or not the node's image was built from them."""
+``helpers`` is this checkout's own copy of the helpers the operator delivers to every worker
+(``manifests/helpers_pod.py``: ``helpers/`` and ddp_operator's MODULES, as the operator's image
+holds them), for processes on this machine to put first on their ``PYTHONPATH``, as a worker
+does."""
 
 from __future__ import annotations
 
@@ -68,23 +68,31 @@ def lightning() -> Path:
     return folder("lightning", (), LIGHTNING)
 
 
-HELPERS = ("progress.py", "progress_stacks.py", "lightning_progress.py")
-SOURCE = Path(__file__).resolve().parents[2] / "operator" / "ddp_operator"
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "operator" / "ddp_operator"
 
 
 def helpers() -> Path:
-    """A folder holding ``ddp_operator/`` with this checkout's HELPERS (keyed by their content),
-    for a pod to mount and put first on its ``PYTHONPATH``."""
-    texts = {name: (SOURCE / name).read_bytes() for name in HELPERS}
-    key = hashlib.sha256(b"".join(texts[n] for n in HELPERS)).hexdigest()[:12]
+    """A folder holding what the operator's image holds at ``helpers_pod.HELPERS_SOURCE`` (this
+    checkout's, keyed by their content)."""
+    from ddp_operator.manifests.helpers_pod import MODULES
+
+    files = {
+        p.relative_to(ROOT / "helpers"): p
+        for p in (ROOT / "helpers").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    files |= {Path("ddp_operator") / name: SOURCE / name for name in MODULES}
+    texts = {rel: files[rel].read_bytes() for rel in sorted(files)}
+    key = hashlib.sha256(b"".join(str(r).encode() + t for r, t in texts.items())).hexdigest()[:12]
     done = CACHE / f"helpers-{key}"
     if done.is_dir():
         return done
     work = CACHE / f"helpers-{key}.{os.getpid()}.tmp"
     shutil.rmtree(work, ignore_errors=True)
-    (work / "ddp_operator").mkdir(parents=True)
-    for name, text in texts.items():
-        (work / "ddp_operator" / name).write_bytes(text)
+    for rel, text in texts.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(text)
     work.chmod(0o755)
     try:
         work.rename(done)

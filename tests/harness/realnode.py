@@ -16,6 +16,7 @@ from jobs import ddpjob
 
 REALNODE_SH = ROOT / "hack" / "cluster" / "realnode.sh"
 BUILD_SH = ROOT / "hack" / "cluster" / "build.sh"
+IMAGE_SH = ROOT / "hack" / "cluster" / "image.sh"
 SOCK = ROOT / ".cluster" / "realnode" / "containerd" / "containerd.sock"
 KUBELET_PID = ROOT / ".cluster" / "realnode" / "kubelet.pid"
 KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
@@ -46,6 +47,25 @@ def images() -> dict[str, str]:
         "trainer": realnode("trainer"),
         "operator": realnode("operator"),
     }
+
+
+# The images of tests/images/: nothing of the project in them (issue 69).
+FOREIGN = ("debian-torch", "trixie-torch28", "no-shell")
+
+
+def built(name: str) -> None:
+    """Foreign image ``name`` built, or found in the cache (image.sh foreign: no node needed,
+    none of its locks held meanwhile)."""
+    done = subprocess.run(
+        [str(IMAGE_SH), "foreign", name], capture_output=True, text=True, timeout=3600
+    )
+    assert done.returncode == 0, f"image.sh foreign {name}:\n{done.stderr[-4000:]}"
+
+
+def foreign(name: str) -> str:
+    """The name of the foreign image ``name`` (tests/images/NAME/Dockerfile: nothing of the
+    project in it), built or taken from the cache and imported into the node."""
+    return realnode("foreign", name)
 
 
 def pod_on_real_node(name: str, image: str, command: list[str], **spec: Any) -> dict:

@@ -71,6 +71,10 @@ containers:
   - --progress-trusted-sources={{ join "," . }}
   {{- end }}
   {{- end }}
+  {{- if .root.Values.helpers.enabled }}
+  - --helpers-image={{ .root.Values.helpers.image | default (printf "%s:%s" .root.Values.image.repository (.root.Values.image.tag | default .root.Chart.AppVersion)) }}
+  - --helpers-delivery={{ .root.Values.helpers.delivery }}
+  {{- end }}
   {{- if .root.Values.standby.enabled }}
   - --peering={{ include "ddp-operator.fullname" .root }}
   - --priority={{ .priority }}

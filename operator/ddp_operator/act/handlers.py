@@ -21,6 +21,7 @@ from ..api.progress_server import TokenReviewer
 from ..api.transport import api_client
 from ..decide import report_gate
 from ..decide.failures import classify
+from ..manifests.helpers_pod import MODES, Delivery
 from ..model import constants as c
 from ..model import jobspec
 from . import workload_steps
@@ -79,6 +80,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
     runners.clusterwide = bool(memo.get("clusterwide"))
     runners.isolation = bool(memo.get("network_isolation", True))
+    if memo.get("helpers_image"):
+        runners.helpers = Delivery(memo["helpers_image"], memo.get("helpers_delivery") or MODES[0])
     if memo.get("metrics_port"):
         metrics.serve(int(memo["metrics_port"]), runners.phases)
     if memo.get("progress_address"):

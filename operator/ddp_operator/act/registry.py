@@ -11,6 +11,7 @@ from typing import Any
 from ..api.kube import Kube
 from ..api.ownedwatch import OwnedIndex, OwnedWatch
 from ..api.podwatch import PodIndex, PodWatch
+from ..manifests.helpers_pod import Delivery
 from ..model.workers import WorkerPod
 from .runner import JobRunner, Key
 from .stalls import EventReader
@@ -24,6 +25,7 @@ class Runners:
         self.clusterwide = False
         self.isolation = True  # the operator's default for spec.network.isolation
         self.progress_url: str | None = None  # where worker pods report progress (None: off)
+        self.helpers: Delivery | None = None  # how worker pods get the operator's helpers
         self.on_forget: list[Callable[[Key], None]] = []  # told of every job that is gone
         self.paused: Callable[[], bool] = lambda: False  # kopf's peering pauses this replica
         self.index = PodIndex(self.poke, self.gone)
@@ -107,6 +109,7 @@ class Runners:
             self.isolation,
             self.progress_url,
             self.owned,
+            self.helpers,
         )
         self._runners[key] = runner
         runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))

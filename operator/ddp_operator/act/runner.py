@@ -26,7 +26,15 @@ from ..decide import checkpoints, group, kueue_workload, pacing, progress_report
 from ..decide.conditions import format_time
 from ..decide.failures import Failure, InPlaceRefused, PodsUnseen, api_message, classify
 from ..decide.memory import Memory
-from ..manifests import builders, inplace_pod, job_configmap, netpol, progress_pod, worker_env
+from ..manifests import (
+    builders,
+    helpers_pod,
+    inplace_pod,
+    job_configmap,
+    netpol,
+    progress_pod,
+    worker_env,
+)
 from ..model import constants as c
 from ..model.jobspec import SpecError, resolve
 from ..model.workers import WorkerPod
@@ -87,6 +95,7 @@ class JobRunner:
         isolation: bool = True,
         progress_url: str | None = None,
         owned: owned_steps.Source | None = None,
+        helpers: helpers_pod.Delivery | None = None,
     ):
         self.key = key
         self.body = slim(body)
@@ -95,6 +104,7 @@ class JobRunner:
         self.events = events or stalls.EventReader(kube)  # shared by the registry's loops
         self.isolation = isolation  # the operator's default for spec.network.isolation
         self.progress_url = progress_url  # where its pods report progress (``progress_pod``)
+        self.helpers = helpers  # how its pods get the operator's helpers (None: they do not)
         self.owned = owned  # its owned objects as watched (None: not kept, ``owned_steps``)
         self.memory = Memory(body.get("status"))
         version = body["metadata"].get("resourceVersion")
@@ -406,6 +416,8 @@ class JobRunner:
 
         def build(index: int) -> dict[str, Any]:
             pod = builders.build_worker_pod(job, index, plan.attempt, plan.in_place, resume)
+            if self.helpers and job.helpers:
+                helpers_pod.add_helpers(pod, self.helpers)
             return progress_pod.add_reporting(pod, self.progress_url) if self.progress_url else pod
 
         fresh = len(wanted) == job.nodes

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 import kopf
 
 from ..decide import report_gate
+from ..manifests import helpers_pod
 
 
 def parser() -> argparse.ArgumentParser:
@@ -103,6 +105,21 @@ def parser() -> argparse.ArgumentParser:
         "addresses (SNAT); loopback always is; reports from anywhere else must come from a "
         "worker pod's own address (default: none)",
     )
+    run.add_argument(
+        "--helpers-image",
+        metavar="IMAGE",
+        default=os.environ.get("DDP_HELPERS_IMAGE", ""),
+        help="the image the operator's helpers (progress, checkpoints, the stacks watch, "
+        "Lightning's callback, the in-place watch) come from to every worker: the operator's "
+        "own (the chart sets it; default: $DDP_HELPERS_IMAGE; empty: none delivered)",
+    )
+    run.add_argument(
+        "--helpers-delivery",
+        choices=helpers_pod.MODES,
+        default=helpers_pod.MODES[0],
+        help="how: an init container copying them (any cluster), or an image volume "
+        "(Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.31+; default: %(default)s)",
+    )
     return top
 
 
@@ -149,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_port=args.metrics_port,
             clusterwide=args.all_namespaces,
             network_isolation=args.network_isolation,
+            helpers_image=args.helpers_image,
+            helpers_delivery=args.helpers_delivery,
             progress_address=args.progress_address,
             progress_trusted=trusted,
             progress_url=args.progress_url

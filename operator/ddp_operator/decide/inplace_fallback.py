@@ -71,7 +71,8 @@ def unstartable(pods: Iterable[WorkerPod]) -> str | None:
         return None
     return (
         f"{pod.name}: container {c.WATCH_CONTAINER} cannot start ({pod.watch_broken}); "
-        "restarting in place runs /bin/sh and sleep from the trainer's image"
+        "without the operator's helpers (spec.helpers), restarting in place runs /bin/sh and "
+        "sleep from the trainer's image"
     )
 
 

@@ -24,9 +24,9 @@ spells' starts and the group's start. How the signal behaves:
   far as their latest stacks say: the stall is found at most one period after its timeout;
 * a pod that never computed (``sleep infinity``) is never quiet.
 
-The worker that hung is named as for a script that reports (``culprit``): in the trainer image,
-each rank quiet for a while says where it stands with no change to the script
-(``progress_stacks.autostart``).
+The worker that hung is named as for a script that reports (``culprit``): in any image (the
+operator's delivered helpers), each rank quiet for a while says where it stands with no change to
+the script (``progress_stacks.autostart``).
 
 A script that reports by Kubeflow's protocol (``status.progress.protocol``: Hugging Face's
 KubeflowCallback, which posts at step ends only) cannot announce a phase. Its step stall

@@ -43,9 +43,10 @@ volumes. The operator needs no credentials in the pod and no exec to use it:
   pod's ContainersReady condition then says since when; nothing else reads it (the job's
   Service publishes pods not ready).
 
-The watch runs ``/bin/sh`` and ``sleep`` from the trainer's image (already on the node; no image
-of ours to pull), as nobody, and passes Pod Security ``restricted``; an image without either is
-found (``inplace_fallback``) and the job falls back to Recreate.
+The watch runs ``/bin/sh`` and ``sleep``, as nobody, and passes Pod Security ``restricted``: from
+the operator's image where its helpers are delivered (``helpers_pod``: any trainer image restarts
+in place), else from the trainer's, where an image without either is found
+(``inplace_fallback``) and the job falls back to Recreate.
 """
 
 from __future__ import annotations

@@ -188,6 +188,10 @@ TOLD_RESTARTS_ANNOTATION = f"{GROUP}/restarts-when-told"
 NUDGED_AT_ANNOTATION = f"{GROUP}/nudged-at"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WATCH_CONTAINER = "ddp-attempt-watch"
+# The operator's helpers in every worker (``manifests.helpers_pod``): their volume, and the init
+# container that copies them there where they are not an image volume.
+HELPERS_VOLUME = "ddp-helpers"
+HELPERS_CONTAINER = "ddp-helpers"
 ATTEMPT_VOLUME = "ddp-attempt"
 RESTART_EXIT_CODE = 86
 # The watch's judgement of its trainer's processes (``inplace_pod``, ``decide.quiet``): quiet when

@@ -91,6 +91,7 @@ class JobSpec:
     rdzv_conf: tuple[tuple[str, str], ...] = ()  # spec.rdzvConf: torchrun's rendezvous options
     network_isolation: bool | None = None  # spec.network.isolation; None: the operator's default
     network_allow: tuple[Mapping[str, Any], ...] = ()  # spec.network.allow: ingress rules
+    helpers: bool = True  # spec.helpers.enabled: the operator's helpers in its workers
     failure_policy: failure_policy.FailurePolicy = field(
         default_factory=failure_policy.FailurePolicy
     )
@@ -269,6 +270,7 @@ def _resolve(body: Mapping[str, Any]) -> JobSpec:
         rdzv_conf=tuple(sorted((str(k), str(v)) for k, v in (spec.get("rdzvConf") or {}).items())),
         network_isolation=network.get("isolation"),
         network_allow=tuple(network.get("allow") or ()),
+        helpers=(spec.get("helpers") or {}).get("enabled") is not False,
         failure_policy=failure_policy.resolve(spec.get("failurePolicy"), errors),
         stall_detection=stall_detection.resolve(spec.get("stallDetection"), errors),
     )

@@ -1,0 +1,89 @@
+"""Issue 69 on the real node: in images that carry nothing of the project (tests/images/), the
+operator's delivered helpers do what the trainer image's files did. A hang in an unmodified
+script names the rank that never joined the collective, on an older torch and another Python
+(trixie: Python 3.13, torch 2.8) and where the waiting rank keeps a core busy, as an NCCL rank
+does (its flight recorder says it waits: Debian's Python, torch 2.15)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness import jobs
+from harness.cluster import Cluster
+from harness.realnode import trainer_job
+from harness.reporting import Reporting
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+
+# The script from $SCRIPT, as /tmp/t.py, by Python alone: no shell in any of these images needed.
+RUN = ["python3", "-c", "import os; exec(compile(os.environ['SCRIPT'], '/tmp/t.py', 'exec'))"]
+
+
+def foreign_job(name: str, ns: str, image: str, script: str, **spec: Any) -> dict[str, Any]:
+    """2 workers x 1 process of ``image`` running ``script``, one restart allowed."""
+    job = trainer_job(name, ns, image, [], procsPerNode=1, backoffLimit=1, **spec)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["command"] = RUN
+    trainer["env"] = [{"name": "SCRIPT", "value": script}]
+    return job
+
+
+UNMODIFIED_HANG = """
+import os, threading, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+hang = os.environ["DDP_ATTEMPT"] == "0" and dist.get_rank() == 1
+if os.environ["DDP_ATTEMPT"] == "0" and os.environ.get("SPIN") == str(dist.get_rank()):
+    threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+x = torch.randn(64, 64)
+for step in range(1, 41):
+    if hang and step == 20:
+        time.sleep(100000)  # stuck inside the loop, without exiting
+    x = torch.tanh(x @ x)
+    dist.all_reduce(torch.ones(1))
+    time.sleep(0.05)
+print("TRAINED", torch.__version__, flush=True)
+"""
+
+
+def hang_is_named_and_restarted_in_place(cluster: Cluster, ns: str, name: str) -> dict:
+    restarted = jobs.wait_condition(cluster, ns, name, "Restarting", timeout=300)
+    cond = jobs.condition(restarted, "Restarting")
+    assert cond["message"].startswith(f"{name}-worker-1 (rank 1) never joined"), cond
+    assert "the script reports no progress" in cond["message"], cond
+    first = restarted["status"]["firstFailure"]
+    assert (first["worker"], first["reason"]) == (1, "Stalled"), first
+    done = jobs.wait_phase(cluster, ns, name, "Succeeded", timeout=300)
+    assert done["status"]["restarts"] == 1, done["status"]
+    assert jobs.wait_event(cluster, ns, name, "RestartingInPlace")
+    return done
+
+
+def test_an_unmodified_hang_on_torch_2_8_and_python_3_13_names_the_rank(
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
+) -> None:
+    ns, name = reporting.ns, "trixie-hang"
+    job = foreign_job(name, ns, foreign_images["trixie-torch28"], UNMODIFIED_HANG)
+    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    jobs.apply(cluster, job)
+    hang_is_named_and_restarted_in_place(cluster, ns, name)
+    log = cluster.core.read_namespaced_pod_log(f"{name}-worker-0", ns, container="trainer")
+    assert "TRAINED 2.8.0" in log, log
+
+
+def test_an_nccl_style_wait_that_keeps_a_core_busy_still_names_the_rank(
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
+) -> None:
+    """Rank 0 waits in its all_reduce with a thread spinning a core (an NCCL rank spins in
+    CUDA's synchronisation: its pod is never quiet); its flight recorder says it stands in one
+    unfinished collective, which its delivered watch sends, and the stall names worker 1."""
+    ns, name = reporting.ns, "busy-hang"
+    job = foreign_job(name, ns, foreign_images["debian-torch"], UNMODIFIED_HANG)
+    job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
+    job["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "SPIN", "value": "0"})
+    jobs.apply(cluster, job)
+    hang_is_named_and_restarted_in_place(cluster, ns, name)
