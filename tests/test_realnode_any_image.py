@@ -2,16 +2,19 @@
 operator's delivered helpers do what the trainer image's files did. A hang in an unmodified
 script names the rank that never joined the collective, on an older torch and another Python
 (trixie: Python 3.13, torch 2.8) and where the waiting rank keeps a core busy, as an NCCL rank
-does (its flight recorder says it waits: Debian's Python, torch 2.15)."""
+does (its flight recorder says it waits: Debian's Python, torch 2.15). Delivered as an image
+volume, the helpers need no copy."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 
 from harness import jobs
 from harness.cluster import Cluster
+from harness.operator import OperatorProcess, helpers_image
 from harness.realnode import trainer_job
 from harness.reporting import Reporting
 
@@ -87,3 +90,33 @@ def test_an_nccl_style_wait_that_keeps_a_core_busy_still_names_the_rank(
     job["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "SPIN", "value": "0"})
     jobs.apply(cluster, job)
     hang_is_named_and_restarted_in_place(cluster, ns, name)
+
+
+WHERE = """
+import ddp_operator.progress as p, sys
+print("HELPERS", p.__file__, sys.version_info[:2], flush=True)
+"""
+
+
+def test_an_image_volume_delivers_the_helpers_with_no_copy(
+    cluster: Cluster, crd: str, foreign_images: dict[str, str]
+) -> None:
+    """With ``--helpers-delivery ImageVolume`` the kubelet mounts the operator's image (no init
+    container): a script in an image with no shell imports the delivered module."""
+    ns = f"iv-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace({"metadata": {"name": ns}})
+    op = OperatorProcess(cluster, ns, "--helpers-delivery", "ImageVolume").start()
+    try:
+        op.wait_ready()
+        job = foreign_job("iv", ns, foreign_images["no-shell"], WHERE)
+        jobs.apply(cluster, job)
+        jobs.wait_phase(cluster, ns, "iv", "Succeeded", timeout=180)
+        pod = cluster.core.read_namespaced_pod("iv-worker-0", ns)
+        assert not pod.spec.init_containers, pod.spec.init_containers
+        volume = next(v for v in pod.spec.volumes if v.name == "ddp-helpers")
+        assert volume.image.reference == helpers_image(True), volume
+        log = cluster.core.read_namespaced_pod_log("iv-worker-0", ns, container="trainer")
+        assert "HELPERS /ddp-operator/helpers/ddp_operator/progress.py (3, 11)" in log, log
+    finally:
+        op.stop()
+        cluster.core.delete_namespace(ns, propagation_policy="Background")
