@@ -5,6 +5,7 @@ result; see bench/README.md for the scenarios.
     python bench/run.py [--quick] [--only ours,raw,...]      (make bench / make bench-quick)
     python bench/run.py [--quick] --s9-only [defaults,stall-off,recreate,unmodified]   (S9 alone)
     python bench/run.py --s7-only                                           (S7 alone)
+    python bench/run.py [--quick] --helpers-only    (what delivering the helpers costs: S1, S5, S7)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from helpers_cost import helpers_cost
 from s5_alone import s5_alone
 
 from cluster import CONCURRENCY, RESULTS, ROOT, Cluster, log
@@ -208,6 +210,12 @@ def main() -> int:
     parser.add_argument(
         "--s8-only", action="store_true", help="run S8 (progress at 1000 jobs; ours) alone"
     )
+    parser.add_argument(
+        "--helpers-only",
+        action="store_true",
+        help="run S1, S5 and S7 (in place) with and without the helpers' delivery "
+        "(--helpers-image), interleaved: what it costs",
+    )
     args = parser.parse_args()
     s9_configs = tuple(w for w in (args.s9_only or "").split(",") if w) or None
     if unknown := set(s9_configs or ()) - set(CONFIGS):
@@ -237,6 +245,13 @@ def main() -> int:
     if args.s8_only:
         cluster.bench_nodes()
         return s8_alone(cluster, pool, sizes)
+    if args.helpers_only:
+        cluster.bench_nodes()
+        try:
+            return helpers_cost(cluster, pool, sizes)
+        except Stalled as exc:
+            log(f"cannot measure: {exc}")
+            return 1
     cluster.bench_nodes()
     res: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

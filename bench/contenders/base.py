@@ -55,10 +55,14 @@ class Contender:
         """Why its controller cannot act (it exited), or None."""
         return None
 
+    def ns_name(self, tag: str) -> str:
+        """The name of a scenario's namespace: bench-<contender>-<tag>."""
+        return f"bench-{self.name}-{tag}"
+
     def namespace(self, tag: str) -> str:
-        """The namespace of a scenario's runs (bench-<contender>-<tag>), empty: runs reuse it,
-        so that no controller opens and closes watches between runs."""
-        ns = self.cluster.namespace(f"bench-{self.name}-{tag}")
+        """The namespace of a scenario's runs (``ns_name``), empty: runs reuse it, so that no
+        controller opens and closes watches between runs."""
+        ns = self.cluster.namespace(self.ns_name(tag))
         self.used.add(ns)
         self.drop(ns)  # what an interrupted earlier run left
         return ns

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ddp_operator.model import constants as c
 
-from cluster import RESULTS, free_port, pod_spec, stop, wait_http
+from cluster import RESULTS, Cluster, free_port, pod_spec, stop, wait_http
 from contenders.base import Contender, process_dead
 
 PREFIX = "bench-ours-"
@@ -41,11 +42,17 @@ def operator(
     metrics_port: int = 0,
     progress_port: int = 0,
     progress_host: str = "127.0.0.1",
+    helpers_image: str = "",
+    helpers_delivery: str = "InitContainer",
 ) -> Iterator[subprocess.Popen]:
     """`ddp-operator run` for the namespaces matching ``pattern``, until the block ends; its
-    progress endpoint on ``progress_host``'s ``progress_port`` (0: off)."""
+    progress endpoint on ``progress_host``'s ``progress_port`` (0: off); its helpers delivered
+    to every worker from ``helpers_image`` by ``helpers_delivery`` (empty: none, whatever
+    DDP_HELPERS_IMAGE says here)."""
     address = f"{progress_host}:{progress_port}"
     progress = ["--progress-address", address] if progress_port else []
+    helpers = ["--helpers-image", helpers_image, "--helpers-delivery", helpers_delivery]
+    env = {k: v for k, v in os.environ.items() if k != "DDP_HELPERS_IMAGE"}
     port = free_port()
     log = RESULTS / "operator.log"
     with open(log, "ab") as logf:
@@ -61,8 +68,9 @@ def operator(
                 "--metrics-port",
                 str(metrics_port),
                 *progress,
+                *(helpers if helpers_image else ()),
             ],
-            env={**os.environ, "KUBECONFIG": kubeconfig},
+            env={**env, "KUBECONFIG": kubeconfig},
             stdout=logf,
             stderr=logf,
         )
@@ -84,19 +92,22 @@ class Ours(Contender):
     metrics_port = 0
     progress_port = 0  # its progress endpoint, on as the chart has it (S8 reports to it)
     progress_host = "127.0.0.1"  # where it listens (S9's pods on the real node: its bridge)
+    helpers_image = ""  # the helpers' delivery (--helpers-image): none
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         # Every scenario's namespace exists before the operator starts, so that it watches them
         # all from its start: a namespace made later would time kopf's discovery of it too.
         for tag in TAGS:
-            self.used.add(self.cluster.namespace(f"bench-{self.name}-{tag}"))
+            self.used.add(self.cluster.namespace(self.ns_name(tag)))
         self.metrics_port, self.progress_port = free_port(), free_port()
         with operator(
             self.cluster.kubeconfig,
+            pattern=self.ns_name("*"),
             metrics_port=self.metrics_port,
             progress_port=self.progress_port,
             progress_host=self.progress_host,
+            helpers_image=self.helpers_image,
         ) as proc:
             self.proc = proc
             try:
@@ -126,3 +137,18 @@ class Ours(Contender):
 
     def jobs(self, ns: str, names: list[str], nodes: int) -> list[dict[str, Any]]:
         return [ddpjob(n, ns, nodes) for n in names]
+
+
+class OursHelpers(Ours):
+    """Ours with its helpers delivered to every worker (``--helpers-image``, an init container
+    copying them): ``helpers_cost.py`` runs it beside ``Ours`` for what the delivery costs. Its
+    namespaces are bench-helpers-*, which Ours' operator (bench-ours-*) does not watch."""
+
+    name, title = "ours-helpers", "ours with helpers"
+
+    def __init__(self, cluster: Cluster, pool: ThreadPoolExecutor, image: str) -> None:
+        super().__init__(cluster, pool)
+        self.helpers_image = image
+
+    def ns_name(self, tag: str) -> str:
+        return f"bench-helpers-{tag}"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import constants as c
+from . import inplace_pod
 from .builders import trainer_index
 
 Manifest = dict[str, Any]
@@ -46,15 +47,7 @@ RESOURCES = {
     "requests": {"cpu": "50m", "memory": "32Mi"},
     "limits": {"cpu": "50m", "memory": "32Mi"},
 }
-SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "readOnlyRootFilesystem": True,
-    "runAsNonRoot": True,
-    "runAsUser": 65534,
-    "runAsGroup": 65534,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
+SECURITY = {**inplace_pod.SECURITY, "readOnlyRootFilesystem": True}  # restricted, as the watch
 
 
 @dataclass(frozen=True)
