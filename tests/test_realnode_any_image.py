@@ -1,9 +1,9 @@
 """Issue 69 on the real node: in images that carry nothing of the project (tests/images/), the
 operator's delivered helpers do what the trainer image's files did. A hang in an unmodified
 script names the rank that never joined the collective, on an older torch and another Python
-(trixie: Python 3.13, torch 2.8) and where the waiting rank keeps a core busy, as an NCCL rank
-does (its flight recorder says it waits: Debian's Python, torch 2.15). Delivered as an image
-volume, the helpers need no copy."""
+(trixie: Python 3.13, torch 2.8), in an image with no shell, and where the waiting rank keeps a
+core busy, as an NCCL rank does (its flight recorder says it waits: Debian's Python, torch
+2.15). Delivered as an image volume, the helpers need no copy."""
 
 from __future__ import annotations
 
@@ -66,16 +66,17 @@ def hang_is_named_and_restarted_in_place(cluster: Cluster, ns: str, name: str) -
     return done
 
 
-def test_an_unmodified_hang_on_torch_2_8_and_python_3_13_names_the_rank(
-    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
+@pytest.mark.parametrize(("image", "torch"), [("trixie-torch28", "2.8.0"), ("no-shell", "2.15.0")])
+def test_an_unmodified_hang_names_the_rank_on_an_older_torch_and_with_no_shell(
+    cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str], image: str, torch: str
 ) -> None:
-    ns, name = reporting.ns, "trixie-hang"
-    job = foreign_job(name, ns, foreign_images["trixie-torch28"], UNMODIFIED_HANG)
+    ns, name = reporting.ns, f"{image}-hang"
+    job = foreign_job(name, ns, foreign_images[image], UNMODIFIED_HANG)
     job["spec"]["stallDetection"] = {"timeoutSeconds": 30}
     jobs.apply(cluster, job)
     hang_is_named_and_restarted_in_place(cluster, ns, name)
     log = cluster.core.read_namespaced_pod_log(f"{name}-worker-0", ns, container="trainer")
-    assert "TRAINED 2.8.0" in log, log
+    assert f"TRAINED {torch}" in log, log
 
 
 def test_an_nccl_style_wait_that_keeps_a_core_busy_still_names_the_rank(
