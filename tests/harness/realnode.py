@@ -50,7 +50,7 @@ def images() -> dict[str, str]:
 
 
 # The images of tests/images/: nothing of the project in them (issue 69).
-FOREIGN = ("debian-torch", "trixie-torch28", "no-shell")
+FOREIGN = ("trixie-torch28", "debian-torch", "no-shell")  # the largest built first
 
 
 def built(name: str) -> None:
