@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The operator image: `ddp-operator run` as a non-root user; no build tools in the final stage.
-#   docker build -t ddp-operator/operator:0.2.0 .
+#   docker build -t ddp-operator/operator:0.3.0 .
 # BASE: any Python 3.11 image with pip (hack/cluster/image.sh passes a local Debian one).
 ARG BASE=python:3.11-slim
 FROM ${BASE} AS build

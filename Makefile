@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv lint docs docs-serve format unit test cluster-up cluster-down cluster-status multikueue-up demo clean kind-up e2e \
-	bench bench-quick bench-gang chaos prereqs-demo prereqs-test prereqs-cluster
+	bench bench-quick bench-gang chaos prereqs-demo prereqs-test prereqs-cluster release
 
 help:
 	@echo "make demo         local cluster (unless KUBECONFIG names another), CRD, operator, a sample job to Succeeded"
@@ -18,6 +18,7 @@ help:
 	@echo "make cluster-up | cluster-down | cluster-status   the local control plane"
 	@echo "make multikueue-up  a second local cluster (MultiKueue's worker), Kueue on both, connected"
 	@echo "make docs | docs-serve  the documentation site (docs/): built strictly into .site/, or served"
+	@echo "make release REGISTRY=host/path   the operator and trainer images and the chart, built and pushed there"
 	@echo "make bench | bench-quick   benchmarks: ours vs raw client vs Kubeflow's operator"
 	@echo "make bench-gang            what gang scheduling costs (64-worker job, each mode vs none)"
 	@echo "make chaos [CHAOS_MINUTES=3] [CHAOS_SEED=n]   scripted jobs under random faults (local)"
@@ -81,6 +82,13 @@ multikueue-up: cluster-up
 
 demo: prereqs-demo $(STAMP)
 	hack/demo.sh
+
+# The release of this checkout (docs/getting-started/your-cluster.md): REGISTRY/ddp-operator and
+# REGISTRY/ddp-trainer at the chart's version, and the chart as oci://REGISTRY/charts; needs
+# helm and docker, podman or buildah (hack/release.sh).
+REGISTRY ?=
+release:
+	REGISTRY="$(REGISTRY)" hack/release.sh
 
 # Benchmarks against the local cluster (brought up if needed); see bench/README.md.
 bench: cluster-up

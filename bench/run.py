@@ -188,7 +188,9 @@ def s8_alone(cluster: Cluster, pool: ThreadPoolExecutor, sizes: dict[str, int]) 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 13 min here)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes (bench/README.md gives its latest time)"
+    )
     parser.add_argument(
         "--only",
         default=",".join(CONTENDERS),

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,20 +35,94 @@ def helm(cluster: Cluster | None, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True)
 
 
-def render(*sets: str) -> list[dict]:
-    args = ["template", "ddp", str(CHART), "--namespace", "ddp-system"]
-    for s in sets:
-        args += ["--set", s]
+PEERING_CRDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+
+
+def _sets(sets: Iterable[str]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
+def render(*sets: str, values: Path | None = None) -> list[dict]:
+    """The chart's templates as ``helm template`` renders them (not crds/: see peering_crds)."""
+    args = ["template", "ddp", str(CHART), "--namespace", "ddp-system", *_sets(sets)]
+    if values is not None:
+        args += ["--values", str(values)]
     return [d for d in yaml.safe_load_all(helm(None, *args).stdout) if d]
+
+
+def refused(*sets: str) -> str:
+    """helm template's error for values the chart refuses (fails if it renders them)."""
+    args = [tool("helm"), "template", "ddp", str(CHART), *_sets(sets)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0, f"rendered: {sets}"
+    return done.stderr
+
+
+def peering_crds() -> list[dict]:
+    """kopf's peering CRDs as the chart installs them (its crds/, not a template)."""
+    return [yaml.safe_load((CHART / "crds" / f"{name}.yaml").read_text()) for name in PEERING_CRDS]
 
 
 def rules_of(docs: list[dict]) -> list[dict]:
     return [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
 
 
+def operator_roles(docs: list[dict]) -> list[dict]:
+    """The operator's own Roles and ClusterRoles (not the users' nor MultiKueue's)."""
+    others = ("-edit", "-view", "-multikueue")
+    return [
+        d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole") and not d["metadata"]["name"].endswith(others)
+    ]
+
+
+def deployments(docs: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+
+
 def test_chart_crd_is_the_crd() -> None:
+    """The DDPJob CRD is the top-level one, byte for byte; beside it only kopf's peering CRDs."""
     assert (CHART / "crds" / CRD_FILE.name).read_bytes() == CRD_FILE.read_bytes()
-    assert [p.name for p in (CHART / "crds").iterdir()] == [CRD_FILE.name]
+    names = sorted(p.name for p in (CHART / "crds").iterdir())
+    assert names == sorted([CRD_FILE.name, *(f"{n}.yaml" for n in PEERING_CRDS)])
+    for crd in peering_crds():
+        assert crd["kind"] == "CustomResourceDefinition" and crd["spec"]["group"] == "kopf.dev"
+        assert f"{crd['spec']['names']['plural']}.kopf.dev" == crd["metadata"]["name"]
+        (version,) = crd["spec"]["versions"]
+        assert version["name"] == "v1" and version["served"] and version["storage"]
+    scopes = {c["spec"]["names"]["kind"]: c["spec"]["scope"] for c in peering_crds()}
+    assert scopes == {"ClusterKopfPeering": "Cluster", "KopfPeering": "Namespaced"}
+
+
+@pytest.mark.parametrize("mode", ["cluster", "namespaced"])
+def test_peering_crds_are_not_templates_and_the_peering_object_is(mode: str) -> None:
+    """Helm's ownership check refuses a template whose object exists already (kopf's CRDs
+    installed by another kopf operator or another release); crds/ are created only if absent.
+    The release's own peering object stays a template."""
+    sets = ["standby.enabled=true"] + (
+        ["watchNamespaces={team-a,team-b}"] if mode != "cluster" else []
+    )
+    docs = render(*sets)
+    assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert not any(
+        "CustomResourceDefinition" in p.read_text() for p in (CHART / "templates").iterdir()
+    )
+    peerings = [(d["kind"], d["metadata"].get("namespace")) for d in docs if "Peering" in d["kind"]]
+    if mode == "cluster":
+        assert peerings == [("ClusterKopfPeering", None)]
+    else:
+        assert peerings == [("KopfPeering", "team-a"), ("KopfPeering", "team-b")]
+    assert all(d["metadata"]["name"] == "ddp-ddp-operator" for d in docs if "Peering" in d["kind"])
+    installed = helm(None, "template", "ddp", str(CHART), "--include-crds", *_sets(sets)).stdout
+    crds = {
+        d["metadata"]["name"]
+        for d in yaml.safe_load_all(installed)
+        if d and d["kind"] == "CustomResourceDefinition"
+    }
+    assert crds == {"ddpjobs.ddp-operator.io", *PEERING_CRDS}
+    assert not [d for d in render() if "Peering" in d["kind"]]  # no standby: no peering object
 
 
 def test_helm_lint_strict() -> None:
@@ -63,6 +139,27 @@ def test_values_schema_refuses_bad_values() -> None:
     assert bad.returncode != 0 and "apiConcurrency" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    ("typo", "key"),
+    [
+        ("podAnnotation.a=b", "podAnnotation"),
+        ("extraArg={--x}", "extraArg"),
+        ("rbac.craete=false", "craete"),
+        ("metrics.service.typ=x", "typ"),
+    ],
+)
+def test_values_schema_refuses_a_typo(typo: str, key: str) -> None:
+    error = refused(typo)
+    assert "additional properties" in error and f"'{key}'" in error, error
+
+
+def test_values_schema_knows_every_value() -> None:
+    """Each key of values.yaml is a property of the schema, down to its free-form objects."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    paths = list(value_paths(schema))
+    assert len(paths) > 40 and "rbac.aggregateToDefaultRoles" in dict(paths)
+
+
 @pytest.mark.parametrize("mode", ["cluster", "namespaced"])
 def test_rendered_rbac_is_least_privilege(mode: str) -> None:
     sets = ["watchNamespaces={team-a,team-b}"] if mode == "namespaced" else []
@@ -77,7 +174,7 @@ def test_rendered_rbac_is_least_privilege(mode: str) -> None:
         ][0]["args"]
         assert "--namespace=team-a" in args and "--all-namespaces" not in args
     else:
-        assert "Role" not in kinds and kinds.count("ClusterRole") == 2
+        assert "Role" not in kinds and len(operator_roles(docs)) == 2
     logs = [set(r["verbs"]) for r in rules_of(docs) if "pods/log" in r["resources"]]
     assert logs == [{"get"}] * len(logs) and logs  # a failed worker's log, read only
     for rule in rules_of(docs):
@@ -442,3 +539,236 @@ def test_a_network_policy_admits_only_workers_to_the_progress_port() -> None:
         d for d in render("progress.trustedSources={10.0.0.0/8}") if d["kind"] == "Deployment"
     )["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--progress-trusted-sources=10.0.0.0/8" in args
+
+
+def value_paths(schema: dict) -> Iterator[tuple[str, object]]:
+    """(key path, default) of every value of values.yaml: a leaf, or an object the schema leaves
+    free-form (a Kubernetes object such as ``resources``); each key checked against the
+    schema's properties on the way."""
+
+    def walk(value: object, node: dict, path: str) -> Iterator[tuple[str, object]]:
+        props = node.get("properties")
+        if isinstance(value, dict) and props:
+            for key, inner in value.items():
+                at = f"{path}.{key}" if path else key
+                assert key in props, f"{at} is not in values.schema.json"
+                yield from walk(inner, props[key], at)
+        else:
+            yield path, value
+
+    yield from walk(yaml.safe_load((CHART / "values.yaml").read_text()), schema, "")
+
+
+def test_standby_keeps_the_pod_annotations_and_labels() -> None:
+    docs = render("standby.enabled=true", "podAnnotations.team=ml", "podLabels.tier=ops")
+    for name, deploy in deployments(docs).items():
+        meta = deploy["spec"]["template"]["metadata"]
+        assert meta["annotations"] == {"team": "ml"}, name
+        assert meta["labels"]["tier"] == "ops", name
+    assert set(deployments(docs)) == {"ddp-ddp-operator", "ddp-ddp-operator-standby"}
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return selector.items() <= labels.items()
+
+
+def test_metrics_service_selects_the_active_replica_only() -> None:
+    """A standby's metrics (no jobs, counters of its own) must not be scraped beside the
+    active replica's; the progress Service selects both, and a paused standby is not ready."""
+    docs = render("standby.enabled=true")
+    pods = {n: d["spec"]["template"]["metadata"]["labels"] for n, d in deployments(docs).items()}
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    metrics = services["ddp-ddp-operator-metrics"]["spec"]["selector"]
+    assert _selects(metrics, pods["ddp-ddp-operator"])
+    assert not _selects(metrics, pods["ddp-ddp-operator-standby"])
+    progress = services["ddp-ddp-operator-progress"]["spec"]["selector"]
+    assert all(_selects(progress, labels) for labels in pods.values())
+    # Each Deployment's selector (immutable) matches its own pods only.
+    for name, deploy in deployments(docs).items():
+        own = deploy["spec"]["selector"]["matchLabels"]
+        assert [n for n, labels in pods.items() if _selects(own, labels)] == [name]
+    # The NetworkPolicy in front of the operator covers both replicas.
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")["spec"]["podSelector"]
+    assert all(_selects(policy["matchLabels"], labels) for labels in pods.values())
+
+
+HARDENED_POD = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+HARDENED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _security(docs: list[dict]) -> list[tuple[dict, dict]]:
+    return [
+        (
+            d["spec"]["template"]["spec"]["securityContext"],
+            d["spec"]["template"]["spec"]["containers"][0]["securityContext"],
+        )
+        for d in deployments(docs).values()
+    ]
+
+
+def test_security_contexts_default_to_the_hardened_ones_and_can_be_overridden(
+    tmp_path: Path,
+) -> None:
+    assert _security(render("standby.enabled=true")) == [(HARDENED_POD, HARDENED_CONTAINER)] * 2
+    # OpenShift: its SCC assigns the UID; null drops a default key, the rest stays.
+    openshift = render(
+        "standby.enabled=true",
+        "podSecurityContext.runAsUser=null",
+        "podSecurityContext.runAsGroup=null",
+    )
+    rest = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert _security(openshift) == [(rest, HARDENED_CONTAINER)] * 2
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "podSecurityContext: {runAsUser: null, runAsGroup: null, fsGroup: 2000}\n"
+        "securityContext: {readOnlyRootFilesystem: false}\n"
+    )
+    ((pod, container),) = _security(render(values=values))
+    assert pod == {**rest, "fsGroup": 2000}
+    assert container == {**HARDENED_CONTAINER, "readOnlyRootFilesystem": False}
+
+
+def test_rbac_create_false_renders_no_rbac_at_all() -> None:
+    everything = ("standby.enabled=true", "kueue.multiKueue.enabled=true")
+    for mode, kinds in (
+        ([], {"ClusterRole", "ClusterRoleBinding"}),
+        (["watchNamespaces={a}"], RBAC_KINDS),
+    ):
+        assert {d["kind"] for d in render(*everything, *mode)} >= kinds
+        docs = render("rbac.create=false", *everything, *mode)
+        assert not [d["kind"] for d in docs if d["kind"] in RBAC_KINDS]
+        assert {"Deployment", "ServiceAccount"} <= {d["kind"] for d in docs}
+
+
+def test_extra_args_are_appended_to_the_operators_run_arguments() -> None:
+    docs = render("standby.enabled=true", "extraArgs={--peering-lifetime=30,--log-format=plain}")
+    for name, deploy in deployments(docs).items():
+        args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[0] == "run" and args[-2:] == ["--peering-lifetime=30", "--log-format=plain"]
+        assert args.index("--log-format=json") < args.index("--log-format=plain"), name
+    plain = next(iter(deployments(render()).values()))["spec"]["template"]["spec"]["containers"][0]
+    assert not [a for a in plain["args"] if "peering-lifetime" in a]
+
+
+def test_users_roles_aggregate_into_the_built_in_ones_and_grant_ddpjobs_only() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    docs = render()
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    edit, view = roles["ddp-ddp-operator-edit"], roles["ddp-ddp-operator-view"]
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    labels = {k: v for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregate)}
+    assert labels == {f"{aggregate}admin": "true", f"{aggregate}edit": "true"}
+    labels = {k: v for k, v in view["metadata"]["labels"].items() if k.startswith(aggregate)}
+    assert labels == {f"{aggregate}view": "true"}
+
+    def grants(role: dict) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == [group], rule
+            for resource in rule["resources"]:
+                out.setdefault(resource, set()).update(rule["verbs"])
+        return out
+
+    read = {"get", "list", "watch"}
+    writes = {"create", "update", "patch", "delete"}
+    assert grants(edit) == {plural: read | writes, f"{plural}/status": read}
+    assert grants(view) == {plural: read, f"{plural}/status": read}
+    # Not bound by the chart: a namespace's RoleBinding of edit, admin or view grants them.
+    bound = {d["roleRef"]["name"] for d in docs if d["kind"].endswith("Binding")}
+    assert not bound & {"ddp-ddp-operator-edit", "ddp-ddp-operator-view"}
+    off = render("rbac.aggregateToDefaultRoles=false")
+    assert not [d for d in off if d["metadata"]["name"].endswith(("-edit", "-view"))]
+    assert len(operator_roles(off)) == 2
+
+
+README = CHART / "README.md"
+TABLE_ROW = re.compile(r"^\| `([^`]+)` \| `(.*)` \| .+ \|$")
+
+
+def test_readme_lists_every_value_with_its_default() -> None:
+    """The chart README's table of values: every value of values.yaml, none more, each with
+    the default values.yaml gives it."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = dict(value_paths(schema))
+    rows = [TABLE_ROW.match(line) for line in README.read_text().splitlines()]
+    table = {m[1]: yaml.safe_load(m[2]) for m in rows if m}
+    assert sorted(table) == sorted(values), set(table) ^ set(values)
+    wrong = {k: (table[k], values[k]) for k in values if table[k] != values[k]}
+    assert not wrong, wrong
+
+
+RBAC_PAGE = ROOT / "docs" / "operations" / "rbac.md"
+
+
+def _page_rules() -> dict[tuple[str, str], tuple[str, set[str]]]:
+    """(API group, resource) -> (where, verbs) from the operator's table on the RBAC page."""
+    lines = RBAC_PAGE.read_text().splitlines()
+    start = lines.index("| resources | API group | verbs | where | why |")
+    out = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        resources, groups, verbs, where = (c.strip() for c in line.strip("|").split(" | ")[:4])
+        names = re.findall(r"`([^`]+)`", groups) or ([""] if groups == "core" else [groups])
+        for group in names:
+            for resource in re.findall(r"`([^`]+)`", resources):
+                assert (group, resource) not in out, (group, resource)
+                out[(group, resource)] = (where, {v.strip() for v in verbs.split(",")})
+    return out
+
+
+def test_rbac_page_lists_exactly_the_rendered_rules() -> None:
+    docs = render("standby.enabled=true")  # every optional rule (progress is on by default)
+    rendered: dict[tuple[str, str], tuple[str, set[str]]] = {}
+    for role in operator_roles(docs):
+        where = "cluster" if role["metadata"]["name"].endswith("-cluster") else "jobs' namespaces"
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    assert (group, resource) not in rendered, (group, resource)
+                    rendered[(group, resource)] = (where, set(rule["verbs"]))
+    assert _page_rules() == rendered
+    # The namespaced mode's Roles hold the same rules as the all-namespaces ClusterRole.
+    namespaced = render("standby.enabled=true", "watchNamespaces={team-a}")
+    (role,) = [d for d in namespaced if d["kind"] == "Role"]
+    (cluster_role,) = [
+        d
+        for d in docs
+        if d["metadata"]["name"] == "ddp-ddp-operator" and d["kind"] == "ClusterRole"
+    ]
+    assert role["rules"] == cluster_role["rules"]
+
+
+def notes(*sets: str, tmp_path: Path) -> str:
+    """NOTES.txt as Helm renders it after an install (helm template leaves it out: here it is
+    rendered through tpl in a copy of the chart)."""
+    copy = tmp_path / "chart"
+    shutil.copytree(CHART, copy)
+    (copy / "templates" / "NOTES.txt").rename(copy / "NOTES.src")
+    (copy / "templates" / "notes.yaml").write_text(
+        'notes: |\n{{ tpl (.Files.Get "NOTES.src") . | indent 2 }}\n'
+    )
+    args = ["template", "ddp", str(copy), "-n", "ddp-system", "--show-only", "templates/notes.yaml"]
+    return yaml.safe_load(helm(None, *args, *_sets(sets)).stdout)["notes"]
+
+
+def test_notes_say_where_kubectl_ddp_comes_from_and_the_crd_goes_first(tmp_path: Path) -> None:
+    text = notes(tmp_path=tmp_path)
+    assert "pip install ddp-operator" not in text
+    assert "`pip install ./` puts kubectl-ddp on the PATH" in " ".join(text.split())
+    crd = text.index("kubectl apply --server-side --force-conflicts -f charts/ddp-operator/crds/")
+    assert crd < text.index("helm upgrade ddp charts/ddp-operator -n ddp-system")
+    assert "ddp-ddp-operator-edit" in text and "rbac.create=false" not in text
+    manual = notes("rbac.create=false", tmp_path=tmp_path / "off")
+    assert "ddp-ddp-operator-edit" not in manual
+    assert "ddp-system/ddp-ddp-operator to the rules" in manual

@@ -149,3 +149,12 @@ def test_the_package_the_chart_and_the_changelog_share_one_version():
     chart = yaml.safe_load((ROOT / "charts" / "ddp-operator" / "Chart.yaml").read_text())
     newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert newest and package == chart["version"] == chart["appVersion"] == newest.group(1)
+    # The helpers' distribution (Lightning's entry points), and the release the install page
+    # builds, checks out and installs.
+    (helpers,) = (ROOT / "helpers").glob("ddp_operator_helpers-*.dist-info")
+    assert helpers.name == f"ddp_operator_helpers-{package}.dist-info"
+    install = (ROOT / "docs" / "getting-started" / "your-cluster.md").read_text()
+    named = re.findall(
+        r"(?:ddp-(?:operator|trainer):|--version |checkout v)(\d+\.\d+\.\d+)", install
+    )
+    assert named and set(named) == {package}, named

@@ -5,8 +5,6 @@ copied here."""
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 from harness.cluster import ROOT, Cluster, tool
+from harness.pages import blocks, run, user_env
 from harness.podwatch import PodWatch, worker_key
 from harness.realnode import NODE
 
@@ -25,26 +24,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 LOCAL_PAGE = ROOT / "docs" / "getting-started" / "local.md"
 SDK_PAGE = ROOT / "docs" / "tasks" / "sdk.md"
 RELEASE, SYSTEM = "ddp-operator", "ddp-system"  # what make demo installs (hack/demo.sh)
-
-
-def blocks(page: Path, language: str) -> list[str]:
-    """The page's fenced blocks of ``language``, in order."""
-    fence = re.compile(rf"^```{language}\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-    return fence.findall(page.read_text())
-
-
-def user_env() -> dict[str, str]:
-    """A user's shell in the checkout: no KUBECONFIG (the local cluster), no virtualenv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VIRTUAL_ENV")}
-    venv = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv)
-    return env
-
-
-def run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{cmd[:2]}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    return done
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@
 #   scheduler-plugins  scheduler-plugins' scheduler, as scheduler-plugins
 #   volcano            Volcano's vc-scheduler, vc-controller-manager and vc-webhook-manager
 #   jobset             JobSet's controller manager (the benchmark's second peer), as jobset
+#   registry           distribution's container registry (hack/cluster/registry.sh)
 # Each tool is cached under a key made of its version, its module files and its build
 # flags, so a clone reuses every build and a change rebuilds only that tool.
 # Test hook: DDP_TEST_SLOW_BUILD=SECONDS makes every call take that much longer, as a cold build
@@ -203,6 +204,11 @@ if [[ " $* " == *" jobset "* ]]; then
       "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" "" jobset)"
   beside jobset "$js/jobset-config" kubebuilder_config "$js" jobset sigs.k8s.io/jobset
   dirs+=("$js")
+fi
+# `build.sh registry` adds distribution's registry (hack/cluster/registry.sh).
+if [[ " $* " == *" registry "* ]]; then
+  dirs+=("$(build registry registry "$REGISTRY_VERSION" \
+      "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" "" registry)")
 fi
 # A build that failed left its place empty (a command substitution's status is lost in an array):
 # stop here, before a bin directory without it is made and kept.

@@ -197,6 +197,7 @@ down() {
     "$here/volcano.sh" down || log "volcano.sh down failed"
   fi
   if [[ -f "$state/jobset/jobset.pid" ]]; then "$here/jobset.sh" down || log "jobset.sh down failed"; fi
+  if [[ -d "$state/registry" ]]; then "$here/registry.sh" down || log "registry.sh down failed"; fi
   if [[ -x "$state/bin/kwokctl" && -d "$KWOK_WORKDIR/clusters/$name" ]]; then
     "$state/bin/kwokctl" --name "$name" delete cluster >&2
   fi

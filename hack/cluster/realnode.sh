@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh): `realnode.sh
-# up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|netpol stop|start`.
+# up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol stop|start`.
 # up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins, CoreDNS and
 #         netpol (build.sh real-node) and the pause image, then starts containerd and a kubelet that
 #         registers node real-node-0 (label ddp-operator.io/node=real; no taint: the fake nodes
@@ -33,6 +33,8 @@
 #         build arguments is tagged ddp-operator/trainer:cpu too, the examples' image.
 # foreign NAME: likewise the image of tests/images/NAME/Dockerfile (image.sh foreign NAME), one
 #         that carries nothing of the project, named ddp-operator.io/foreign-NAME:<key>.
+# load ARCHIVE IMAGE NAME: an image archive image.sh built, imported, and named NAME as well
+#         (hack/release.sh's stand-in for a registry).
 # status: says what runs.
 # The configuration files are the templates in realnode/. tests/test_realnode*.py run pods and
 # DDP jobs on the node and check that down leaves nothing. Needs root, socat and iptables, for
@@ -277,6 +279,17 @@ provide() {
   echo "$ref"
 }
 
+# load TAR REF NAME: the archive TAR of image REF (image.sh's output) imported unless REF is
+# there, and REF named NAME as well; nothing removed (hack/release.sh: the local cluster standing
+# in for a registry; a pod naming NAME finds it and, its tag not latest, never pulls).
+load() {
+  [[ $(id -u) == 0 ]] || die "needs root"
+  tools
+  pid_of containerd >/dev/null || die "the real node is not up (make cluster-up)"
+  if [[ -z "$(ctr_ images ls -q "name==$2" 2>/dev/null)" ]]; then import "$1"; fi
+  ctr_ images tag --force "$2" "$3" >/dev/null
+}
+
 status() {
   local p line=""
   for p in containerd kubelet kube-proxy coredns api-forward netpol; do
@@ -290,7 +303,7 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | image | trainer | operator | foreign | netpol) hold_lock ;;
+  up | down | image | trainer | operator | foreign | netpol | load) hold_lock ;;
 esac
 case "${1:-}" in
   up) up ;;
@@ -302,6 +315,10 @@ case "${1:-}" in
     [[ $# == 2 ]] || { echo "usage: $0 foreign NAME (tests/images/NAME)" >&2; exit 2; }
     provide foreign "$2"
     ;;
+  load)
+    [[ $# == 4 ]] || { echo "usage: $0 load ARCHIVE IMAGE NAME" >&2; exit 2; }
+    load "$2" "$3" "$4"
+    ;;
   status) status ;;
   netpol)
     tools
@@ -312,7 +329,7 @@ case "${1:-}" in
     esac
     ;;
   *)
-    echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|netpol stop|start" >&2
+    echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol stop|start" >&2
     exit 2
     ;;
 esac

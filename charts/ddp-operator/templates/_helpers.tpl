@@ -36,12 +36,9 @@ imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- with .root.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-securityContext:
-  runAsNonRoot: true
-  runAsUser: 10001
-  runAsGroup: 10001
-  seccompProfile:
-    type: RuntimeDefault
+{{- with .root.Values.podSecurityContext }}
+securityContext: {{- toYaml . | nindent 2 }}
+{{- end }}
 containers:
 - name: operator
   image: "{{ .root.Values.image.repository }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}"
@@ -79,6 +76,9 @@ containers:
   - --peering={{ include "ddp-operator.fullname" .root }}
   - --priority={{ .priority }}
   {{- end }}
+  {{- range .root.Values.extraArgs }}
+  - {{ . | quote }}
+  {{- end }}
   ports:
   - {name: healthz, containerPort: {{ .root.Values.livenessPort }}}
   {{- if .root.Values.metrics.enabled }}
@@ -98,11 +98,9 @@ containers:
     periodSeconds: 20
     timeoutSeconds: 5
     failureThreshold: 3
-  securityContext:
-    allowPrivilegeEscalation: false
-    readOnlyRootFilesystem: true
-    capabilities:
-      drop: [ALL]
+  {{- with .root.Values.securityContext }}
+  securityContext: {{- toYaml . | nindent 4 }}
+  {{- end }}
   resources: {{- toYaml .root.Values.resources | nindent 4 }}
   volumeMounts:
   - {name: tmp, mountPath: /tmp}
