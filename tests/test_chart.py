@@ -165,6 +165,16 @@ def test_rendered_rbac_is_least_privilege(mode: str) -> None:
     sets = ["watchNamespaces={team-a,team-b}"] if mode == "namespaced" else []
     docs = render(*sets)
     kinds = sorted(d["kind"] for d in docs)
+    node_events = [d for d in docs if d["metadata"]["name"].endswith("-node-events")]
+    assert [(d["kind"], d["metadata"]["namespace"]) for d in node_events] == [
+        ("Role", "default"),
+        ("RoleBinding", "default"),
+    ]  # an Event on a Node a job blamed, where Kubernetes keeps a Node's Events
+    assert node_events[0]["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+    ]
+    docs = [d for d in docs if d not in node_events]
+    kinds = sorted(d["kind"] for d in docs)
     if mode == "namespaced":
         assert kinds.count("Role") == 2 and kinds.count("RoleBinding") == 2
         roles = [d for d in docs if d["kind"] == "Role"]
@@ -688,7 +698,7 @@ def test_users_roles_aggregate_into_the_built_in_ones_and_grant_ddpjobs_only() -
     assert not bound & {"ddp-ddp-operator-edit", "ddp-ddp-operator-view"}
     off = render("rbac.aggregateToDefaultRoles=false")
     assert not [d for d in off if d["metadata"]["name"].endswith(("-edit", "-view"))]
-    assert len(operator_roles(off)) == 2
+    assert len(operator_roles(off)) == 3  # <release>, <release>-cluster, <release>-node-events
 
 
 README = CHART / "README.md"
@@ -710,8 +720,8 @@ def test_readme_lists_every_value_with_its_default() -> None:
 RBAC_PAGE = ROOT / "docs" / "operations" / "rbac.md"
 
 
-def _page_rules() -> dict[tuple[str, str], tuple[str, set[str]]]:
-    """(API group, resource) -> (where, verbs) from the operator's table on the RBAC page."""
+def _page_rules() -> dict[tuple[str, str, str], set[str]]:
+    """(API group, resource, where) -> verbs from the operator's table on the RBAC page."""
     lines = RBAC_PAGE.read_text().splitlines()
     start = lines.index("| resources | API group | verbs | where | why |")
     out = {}
@@ -722,25 +732,33 @@ def _page_rules() -> dict[tuple[str, str], tuple[str, set[str]]]:
         names = re.findall(r"`([^`]+)`", groups) or ([""] if groups == "core" else [groups])
         for group in names:
             for resource in re.findall(r"`([^`]+)`", resources):
-                assert (group, resource) not in out, (group, resource)
-                out[(group, resource)] = (where, {v.strip() for v in verbs.split(",")})
+                assert (group, resource, where) not in out, (group, resource, where)
+                out[(group, resource, where)] = {v.strip() for v in verbs.split(",")}
     return out
+
+
+def _where(role: dict) -> str:
+    """Where a role of the operator's grants, as the RBAC page says it."""
+    name = role["metadata"]["name"]
+    if name.endswith("-cluster"):
+        return "cluster"
+    return "`default`" if name.endswith("-node-events") else "jobs' namespaces"
 
 
 def test_rbac_page_lists_exactly_the_rendered_rules() -> None:
     docs = render("standby.enabled=true")  # every optional rule (progress is on by default)
-    rendered: dict[tuple[str, str], tuple[str, set[str]]] = {}
+    rendered: dict[tuple[str, str, str], set[str]] = {}
     for role in operator_roles(docs):
-        where = "cluster" if role["metadata"]["name"].endswith("-cluster") else "jobs' namespaces"
+        where = _where(role)
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
-                    assert (group, resource) not in rendered, (group, resource)
-                    rendered[(group, resource)] = (where, set(rule["verbs"]))
+                    assert (group, resource, where) not in rendered, (group, resource)
+                    rendered[(group, resource, where)] = set(rule["verbs"])
     assert _page_rules() == rendered
     # The namespaced mode's Roles hold the same rules as the all-namespaces ClusterRole.
     namespaced = render("standby.enabled=true", "watchNamespaces={team-a}")
-    (role,) = [d for d in namespaced if d["kind"] == "Role"]
+    (role,) = [d for d in namespaced if d["kind"] == "Role" and _where(d) != "`default`"]
     (cluster_role,) = [
         d
         for d in docs
@@ -772,3 +790,22 @@ def test_notes_say_where_kubectl_ddp_comes_from_and_the_crd_goes_first(tmp_path:
     manual = notes("rbac.create=false", tmp_path=tmp_path / "off")
     assert "ddp-ddp-operator-edit" not in manual
     assert "ddp-system/ddp-ddp-operator to the rules" in manual
+
+
+def test_bad_nodes_are_read_by_default_and_tainted_only_when_asked() -> None:
+    def node_rules(*sets: str) -> list[set[str]]:
+        return [set(r["verbs"]) for r in rules_of(render(*sets)) if "nodes" in r["resources"]]
+
+    def args(*sets: str) -> list[str]:
+        deploy = next(d for d in render(*sets) if d["kind"] == "Deployment")
+        return deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert node_rules() == [{"list"}]
+    assert not [a for a in args() if a.startswith(("--broken-node-marker", "--taint"))]
+    assert node_rules("badNodes.markers={none}") == []
+    assert "--broken-node-marker=none" in args("badNodes.markers={none}")
+    marked = args("badNodes.markers={taint:nvidia.com/gpu-xid-error}")
+    assert "--broken-node-marker=taint:nvidia.com/gpu-xid-error" in marked
+    assert node_rules("badNodes.taint.enabled=true") == [{"list", "get", "patch"}]
+    assert "--taint-blamed-nodes=0.05" in args("badNodes.taint.enabled=true")
+    assert "badNodes" in refused("badNodes.markers={bogus}")

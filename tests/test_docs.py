@@ -25,6 +25,7 @@ NOT_REASONS = {
     # field values, ours and Kubernetes'
     "AllWorkers", "Worker0", "InPlace", "Fail", "Kubernetes", "Coscheduling", "Volcano", "All",
     "None", "Never", "Memory", "In", "NoExecute", "IfNotPresent", "OnFailure", "RuntimeDefault",
+    "NoSchedule",
     "FallbackToLogsOnError", "RestartAllContainers", "PodScheduled", "Terminating", "Exists",
     "Background", "NotIn",
     # pod condition types every pod has, which the operator ignores
@@ -33,7 +34,7 @@ NOT_REASONS = {
     "StartError", "RunContainerError",
     # kinds, and the vocabulary of Events, conditions and HTTP
     "DDPJob", "Service", "Pod", "PodGroup", "Workload", "NetworkPolicy", "ConfigMap", "Ingress",
-    "Status",
+    "Status", "Node", "Event",
     "Warning", "Normal", "True", "False", "BearerToken", "Accept", "TokenReview", "Authorization",
     # the SDK's names and its local jobs' last phase
     "Client", "LocalClient", "SDKError", "JobFailed", "Deleted",

@@ -72,6 +72,12 @@ containers:
   - --helpers-image={{ .root.Values.helpers.image | default (printf "%s:%s" .root.Values.image.repository (.root.Values.image.tag | default .root.Chart.AppVersion)) }}
   - --helpers-delivery={{ .root.Values.helpers.delivery }}
   {{- end }}
+  {{- range .root.Values.badNodes.markers }}
+  - --broken-node-marker={{ . }}
+  {{- end }}
+  {{- if .root.Values.badNodes.taint.enabled }}
+  - --taint-blamed-nodes={{ .root.Values.badNodes.taint.maxShare }}
+  {{- end }}
   {{- if .root.Values.standby.enabled }}
   - --peering={{ include "ddp-operator.fullname" .root }}
   - --priority={{ .priority }}

@@ -17,13 +17,14 @@ import kopf
 
 from ..api import metrics, progress_server
 from ..api.kube import Kube
+from ..api.nodewatch import NodeHealth
 from ..api.progress_server import TokenReviewer
 from ..api.transport import api_client
 from ..decide import report_gate
 from ..decide.failures import classify
 from ..manifests.helpers_pod import MODES, Delivery
 from ..model import constants as c
-from ..model import jobspec
+from ..model import jobspec, node_health
 from . import workload_steps
 from .progress_desk import ProgressDesk
 from .registry import Runners
@@ -80,6 +81,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     runners.kube = Kube(api_client(pool_size=concurrency * 2), concurrency=concurrency)
     runners.clusterwide = bool(memo.get("clusterwide"))
     runners.isolation = bool(memo.get("network_isolation", True))
+    markers = memo.get("broken_node_markers")
+    marked = node_health.DEFAULT_MARKERS if markers is None else markers
+    share = float(memo.get("taint_blamed_nodes") or 0.0)
+    runners.nodes = NodeHealth(runners.kube, node_health.parse_all(marked), share)
     if memo.get("helpers_image"):
         runners.helpers = Delivery(memo["helpers_image"], memo.get("helpers_delivery") or MODES[0])
     if memo.get("metrics_port"):

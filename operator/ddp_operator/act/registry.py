@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..api.kube import Kube
+from ..api.nodewatch import NodeHealth
 from ..api.ownedwatch import OwnedIndex, OwnedWatch
 from ..api.podwatch import PodIndex, PodWatch
 from ..manifests.helpers_pod import Delivery
@@ -26,6 +27,7 @@ class Runners:
         self.isolation = True  # the operator's default for spec.network.isolation
         self.progress_url: str | None = None  # where worker pods report progress (None: off)
         self.helpers: Delivery | None = None  # how worker pods get the operator's helpers
+        self.nodes: NodeHealth | None = None  # the nodes marked broken (None: none read)
         self.on_forget: list[Callable[[Key], None]] = []  # told of every job that is gone
         self.paused: Callable[[], bool] = lambda: False  # kopf's peering pauses this replica
         self.index = PodIndex(self.poke, self.gone)
@@ -110,6 +112,7 @@ class Runners:
             self.progress_url,
             self.owned,
             self.helpers,
+            self.nodes,
         )
         self._runners[key] = runner
         runner.task.add_done_callback(lambda _, key=key, runner=runner: self._drop(key, runner))

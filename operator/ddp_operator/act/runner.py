@@ -21,6 +21,7 @@ import kopf
 
 from ..api import metrics
 from ..api.kube import Kube
+from ..api.nodewatch import NodeHealth, post_node_event
 from ..api.transport import JobGone, StatusConflict
 from ..decide import checkpoints, group, kueue_workload, pacing, progress_report, reconcile
 from ..decide.conditions import format_time
@@ -32,6 +33,7 @@ from ..manifests import (
     inplace_pod,
     job_configmap,
     netpol,
+    node_avoid,
     progress_pod,
     worker_env,
 )
@@ -96,6 +98,7 @@ class JobRunner:
         progress_url: str | None = None,
         owned: owned_steps.Source | None = None,
         helpers: helpers_pod.Delivery | None = None,
+        nodes: NodeHealth | None = None,
     ):
         self.key = key
         self.body = slim(body)
@@ -106,6 +109,7 @@ class JobRunner:
         self.progress_url = progress_url  # where its pods report progress (``progress_pod``)
         self.helpers = helpers  # how its pods get the operator's helpers (None: they do not)
         self.owned = owned  # its owned objects as watched (None: not kept, ``owned_steps``)
+        self.nodes = nodes  # the nodes marked broken (None: none read)
         self.memory = Memory(body.get("status"))
         version = body["metadata"].get("resourceVersion")
         self.writer = StatusWriter(kube, key, self.memory, version)
@@ -274,6 +278,7 @@ class JobRunner:
         seen, evicted = self.memory.seen, self.memory.evicted
         told = await kueue_steps.holdup(self.kube, job, pods)
         pods, look_again = await stalls.explain(self.events, job, pods, now)
+        broken = await self.nodes.broken() if self.nodes is not None else {}
 
         def decide() -> reconcile.Plan:
             deciding = time.thread_time()  # CPU time: not the watches' hold of the GIL
@@ -293,6 +298,7 @@ class JobRunner:
                 admission,
                 self.logs.known(job),
                 self._stacks(job, pods),
+                broken,
             )
             self.spent = time.thread_time() - deciding
             return plan
@@ -416,6 +422,7 @@ class JobRunner:
 
         def build(index: int) -> dict[str, Any]:
             pod = builders.build_worker_pod(job, index, plan.attempt, plan.in_place, resume)
+            node_avoid.keep_off(pod, plan.avoid)  # the nodes the job keeps out, those marked
             if self.helpers and job.helpers:
                 helpers_pod.add_helpers(pod, self.helpers)
             return progress_pod.add_reporting(pod, self.progress_url) if self.progress_url else pod
@@ -443,5 +450,11 @@ class JobRunner:
         return self.memory.attempt
 
     async def record(self, plan: reconcile.Plan, created: bool = False) -> None:
-        """Write the plan's status and post its Events (``status_writer``)."""
+        """Write the plan's status and post its Events (``status_writer``), and those on the
+        nodes it blamed (once: the status now lists them)."""
         await self.writer.write(plan, self.body, created)
+        events, plan.node_events = plan.node_events, []
+        for event in events:
+            await post_node_event(self.kube, event.node, event.reason, event.message)
+            if self.nodes is not None:  # for every workload, where the operator is told to
+                await self.nodes.taint(event.node)

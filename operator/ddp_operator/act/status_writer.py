@@ -52,6 +52,10 @@ class StatusWriter:
         first = plan.status.get("firstFailure")
         if first and not goodput.same_failure(first, self.status.get("firstFailure")):
             metrics.FAILURES.labels(first.get("reason", ""), first.get("action", "")).inc()
+        known = {e.get("node") for e in self.status.get("excludedNodes") or ()}
+        for entry in plan.status.get("excludedNodes") or ():
+            if entry.get("node") not in known:
+                metrics.NODE_BLAMES.labels(entry.get("reason", "")).inc()
         ledger, was = plan.status.get("goodput"), self.status.get("goodput") or {}
         if ledger and ledger != was:
             reason = (first or {}).get("reason", "")

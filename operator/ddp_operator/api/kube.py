@@ -89,6 +89,19 @@ class Kube(Transport):
         """Create a Service; False if one of that name exists already."""
         return await self._create("create_service", CORE, manifest, plural="services")
 
+    async def read_node(self, name: str) -> dict[str, Any] | None:
+        """A Node as a dict; None if there is none of that name."""
+        return await self._read("read_node", resource_path("/api/v1/nodes", name))
+
+    async def patch_node(self, name: str, patch: Manifest) -> bool:
+        """Merge-patch a Node (its resourceVersion in the patch: a precondition); False if it
+        is gone or changed since."""
+        return await self._merge("patch_node", resource_path("/api/v1/nodes", name), patch)
+
+    async def create_event(self, manifest: Mapping[str, Any]) -> bool:
+        """Create an Event (one on a Node: ``nodewatch``)."""
+        return await self._create("create_event", CORE, manifest, plural="events")
+
     async def create_configmap(self, manifest: Mapping[str, Any]) -> bool:
         """Create a ConfigMap; False if one of that name exists already."""
         return await self._create("create_configmap", CORE, manifest, plural="configmaps")

@@ -37,6 +37,11 @@ LOST_STEPS = Counter(
     "Steps done and lost with their failed attempt (since its checkpoint), by reason",
     ["reason"],
 )
+NODE_BLAMES = Counter(
+    "ddp_operator_node_blames",
+    "Nodes a job blamed for a failure and kept out of it (status.excludedNodes), by reason",
+    ["reason"],
+)
 API_REQUESTS = Counter(
     "ddp_operator_api_requests", "API requests made by the operator", ["verb", "code"]
 )

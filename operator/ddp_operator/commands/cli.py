@@ -12,6 +12,7 @@ import kopf
 
 from ..decide import report_gate
 from ..manifests import helpers_pod
+from ..model import node_health
 
 
 def parser() -> argparse.ArgumentParser:
@@ -120,6 +121,26 @@ def parser() -> argparse.ArgumentParser:
         help="how: an init container copying them (any cluster), or an image volume "
         "(Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.31+; default: %(default)s)",
     )
+    run.add_argument(
+        "--broken-node-marker",
+        action="append",
+        metavar="MARKER",
+        default=None,
+        help="a node condition, taint or label that says a node's accelerator is broken: "
+        "condition:<Type>=<Status>, taint:<key> or label:<key>=<value>|<value>; repeated or "
+        "comma-separated; new workers avoid such nodes, and a failure on one blames it "
+        "(default: NVSentinel's, node-problem-detector's, EKS's and HyperPod's, "
+        "docs/concepts/restarts.md#bad-nodes; 'none': no Node is read)",
+    )
+    run.add_argument(
+        "--taint-blamed-nodes",
+        type=float,
+        metavar="SHARE",
+        default=0.0,
+        help="taint a node a job blamed ddp-operator.io/suspect=true:NoSchedule, for every "
+        "workload, while fewer than SHARE (0 to 1) of the cluster's nodes carry it "
+        "(default: 0, no node is tainted; the job's own pods avoid it anyway)",
+    )
     return top
 
 
@@ -135,6 +156,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         trusted = [str(n) for n in report_gate.networks(cidrs)]
     except ValueError as exc:
         top.error(f"--progress-trusted-sources: {exc}")
+    if not 0.0 <= args.taint_blamed_nodes <= 1.0:
+        top.error("--taint-blamed-nodes: a share of the nodes, from 0 to 1")
+    given = args.broken_node_marker or list(node_health.DEFAULT_MARKERS)
+    try:
+        markers = [] if given == ["none"] else [m.text for m in node_health.parse_all(given)]
+    except node_health.MarkerError as exc:
+        top.error(f"--broken-node-marker: {exc}")
     from ..act import handlers, namespace_observer  # noqa: F401  (registers the handlers)
     from ..act.standby import standby
 
@@ -168,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             network_isolation=args.network_isolation,
             helpers_image=args.helpers_image,
             helpers_delivery=args.helpers_delivery,
+            broken_node_markers=markers,
+            taint_blamed_nodes=args.taint_blamed_nodes,
             progress_address=args.progress_address,
             progress_trusted=trusted,
             progress_url=args.progress_url

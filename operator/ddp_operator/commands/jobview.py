@@ -43,6 +43,7 @@ NOTABLE = {
     c.COND_RESTARTING: "True",
     c.COND_GANG: "False",
     c.COND_QUEUED: "True",
+    c.COND_NODES_EXCLUDED: "True",
 }
 
 
@@ -52,6 +53,20 @@ def _restarts(status: Mapping[str, Any]) -> str:
     if status.get("uncountedRestarts"):
         text += f" ({status['uncountedRestarts']} not counted)"
     return text
+
+
+def _excluded(status: Mapping[str, Any]) -> list[str]:
+    """The nodes the job keeps out (``status.excludedNodes``), one line each."""
+    entries = status.get("excludedNodes") or []
+    if not entries:
+        return []
+    lines = [f"  excluded nodes ({len(entries)}):"]
+    for e in entries:
+        lines.append(
+            f"    {e.get('node')}: {e.get('reason')} (attempt {e.get('attempt')}, "
+            f"{e.get('time')}): {e.get('evidence', '')}"
+        )
+    return lines
 
 
 def _first_failure(status: Mapping[str, Any]) -> list[str]:
@@ -146,6 +161,7 @@ def render_status(
         if cond.get("status") == NOTABLE.get(cond["type"]):
             lines.append(f"  {cond['type']}: {cond.get('message', '')}")
     lines += _first_failure(status)
+    lines += _excluded(status)
     rows = [("WORKER", "POD", "PHASE", "NODE", "RESTARTS", "EXIT", "REASON")]
     by_index = {}
     for pod in pods:

@@ -9,6 +9,7 @@ from typing import Any
 from ..model.constants import FINISHED_PHASES
 from ..model.workers import WorkerPod
 from .conditions import Event
+from .exclusion import NodeEvent
 from .failure_logs import LogAsk
 
 
@@ -31,6 +32,8 @@ class Plan:
     finish_pods: list[WorkerPod] = field(default_factory=list)  # in-place pods to let end
     in_place: bool = False  # new pods are built to restart in place
     read_logs: list[LogAsk] = field(default_factory=list)  # to read before acting (``to_read``)
+    avoid: list[str] = field(default_factory=list)  # nodes its new pods keep off (``exclusion``)
+    node_events: list[NodeEvent] = field(default_factory=list)  # Events on the nodes blamed
 
     @property
     def attempt(self) -> int:

@@ -39,6 +39,7 @@ def plan(
     admission: kueue_workload.Admission | None = None,
     logs: Mapping[tuple[str, int], failure_logs.LogRead] = MappingProxyType({}),
     stacks: Mapping[int, Mapping[str, Any]] = MappingProxyType({}),
+    broken: Mapping[str, str] = MappingProxyType({}),
 ) -> Plan:
     """Decide the next status and actions of a job from what is observed: its status, the pods
     carrying its label (only those it controls count as its own), the (name, attempt) of its own
@@ -50,8 +51,11 @@ def plan(
     Kueue Workload says (``kueue_workload``: a job not admitted comes suspended); ``logs``:
     the failures' logs read, by (pod UID, attempt) (a plan whose deciding failure wants its
     log read says so, with those of the failures that may be its cause: ``Plan.read_logs``);
-    ``stacks``: where the quiet ranks of the attempt stand, by rank (``culprit``)."""
-    beside = Beside(failure, seen, evicted, told, refused, last, progress, admission, logs, stacks)
+    ``stacks``: where the quiet ranks of the attempt stand, by rank (``culprit``); ``broken``:
+    the nodes marked broken now, and why (``exclusion``: new pods keep off them)."""
+    beside = Beside(
+        failure, seen, evicted, told, refused, last, progress, admission, logs, stacks, broken
+    )
     one = Pass(job, status, list(pods), now, generation, beside)
     steps = (
         one.finished,  # 1. a finished job only cleans up

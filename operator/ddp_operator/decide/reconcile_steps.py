@@ -18,9 +18,11 @@ from ..model import constants as c
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
 from . import (
+    bad_nodes,
     creation,
     echo_hold,
     elastic,
+    exclusion,
     failure_facts,
     failure_logs,
     failure_policy,
@@ -79,6 +81,7 @@ class Beside:
     admission: kueue_workload.Admission | None
     logs: Mapping[tuple[str, int], failure_logs.LogRead]
     stacks: Mapping[int, Mapping[str, Any]]
+    broken: Mapping[str, str]  # the nodes marked broken now: why (``model/node_health``)
 
 
 class Pass:
@@ -119,6 +122,7 @@ class Pass:
             "inPlaceRestarts": int(status.get("inPlaceRestarts") or 0),
             "firstFailure": status.get("firstFailure"),
             "replacing": elastic.record(self.members.replacing),
+            "excludedNodes": status.get("excludedNodes"),
         }
         self.result = Plan(status=self.new, own=self.pods, in_place=self.in_place)
         # What blocks the job, most recent first: (reason, message).
@@ -255,9 +259,16 @@ class Pass:
         self.result.read_logs = failure_facts.to_read(facts, attempt)  # read, then planned again
         ended = goodput.account(self.status, beside.progress, attempt, verdict, self.now)
         verdict = goodput.bound(job, verdict, ended)
+        # Its node blamed and kept out (``bad_nodes``): the worker that moves off it, if any.
+        judged = bad_nodes.judge(
+            job, verdict, self.conds, new, self.status, current, beside.broken, attempt,
+            self.result.node_events,
+        )  # fmt: skip
         response = recovery.respond(
-            job, verdict, self.conds, new, attempt, current, failed, replacing, stuck, self.in_place
-        )
+            job, verdict, self.conds, new, attempt, current, failed, replacing, stuck,
+            self.in_place, judged.move,
+        )  # fmt: skip
+        bad_nodes.note(new, judged)
         goodput.record(new, ended)  # what the attempt cost
         if response.fails:
             return self.stop(False, verdict.reason, verdict.message)
@@ -283,6 +294,7 @@ class Pass:
         missing = creation.missing(job, current)
         replacing = self.members.replacing
         result.create = creation.to_create(job, missing, stale, self.observed, attempt, replacing)
+        result.avoid = exclusion.avoid(self.new, self.beside.broken)  # new pods keep off them
         if conflict := obstacles.conflict(job, [p for p in self.foreign if p.name in missing]):
             self.blockers.append(conflict)
         if self.restarted:  # what keeps the new attempt's workers from starting: next passes
@@ -303,6 +315,7 @@ class Pass:
         live = [p for p in self.members.current.values() if not p.deleting]
         creation.report(conds, job, live, self.members.stale, attempt)
         startup.report(conds, live, job.nodes, job.gang)
+        exclusion.report(conds, live, new)
         self.result.recheck_in(kueue.report(conds, live, job, self.beside.told))
         self.result.recheck_in(kueue_workload.report(conds, self.beside.admission))
         new["worldSize"] = startup.running(conds, job, live, attempt, new["workers"]["running"])

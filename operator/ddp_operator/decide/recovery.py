@@ -13,7 +13,7 @@ from ..model import constants as c
 from ..model import failure_policy as fp
 from ..model.jobspec import JobSpec
 from ..model.workers import WorkerPod
-from . import elastic, failure_policy, inplace
+from . import bad_nodes, elastic, failure_policy, inplace
 from .conditions import WARNING, Conditions, Event
 from .failure_policy import Verdict
 
@@ -52,21 +52,27 @@ def respond(
     replacing: Mapping[int, str],
     stuck: list[str],
     in_place: bool,
+    move: bad_nodes.Move | None = None,
 ) -> Response:
     """Carry out ``verdict`` in the status being written (``new``, ``conds``): ``failed``, the
     failed workers' indices; ``stuck``, why a restart in place is stuck; ``in_place``, whether
-    the cluster can restart pods in place. A group recreated is one whose pods are created in
-    the new attempt (``createdInAttempt``); one restarted in place keeps its pods."""
+    the cluster can restart pods in place; ``move``: the worker to move off its node
+    (``bad_nodes``). A group recreated is one whose pods are created in the new attempt
+    (``createdInAttempt``); one restarted in place keeps its pods, but for the worker moved:
+    its pod is replaced (``status.replacing``), its successor created in the new attempt."""
     if verdict.action == fp.FAIL_JOB:
         failure_policy.record(new, verdict, attempt, in_place=False)
         return Response(fails=True)
     if verdict.action == fp.REPLACE_WORKER:
         failure_policy.record(new, verdict, attempt, in_place=False)
-        elastic.replace(conds, new, failed, current, replacing, verdict.message)
+        why = verdict.message + (f"; {move.says}" if move is not None else "")
+        elastic.replace(conds, new, failed, current, replacing, why)
         return Response()
-    decision = decide(job, verdict, inplace.obstacle(job, current, stuck, in_place))
+    decision = decide(job, verdict, inplace.obstacle(job, current, stuck, in_place), move)
     failure_policy.record(new, verdict, attempt, decision.action == IN_PLACE)
     new["replacing"] = []
+    if move is not None and decision.action == IN_PLACE:
+        new["replacing"] = elastic.record({move.index: move.uid})
     new["attemptStartTime"] = conds.now
     if decision.action == RECREATE:
         new["createdInAttempt"] = attempt + 1
@@ -74,9 +80,22 @@ def respond(
     return Response(restarts=True)
 
 
-def decide(job: JobSpec, verdict: Verdict, obstacle: str | None) -> Decision:
+def decide(
+    job: JobSpec, verdict: Verdict, obstacle: str | None, move: bad_nodes.Move | None = None
+) -> Decision:
     """How to restart after ``verdict`` (a group restart); ``obstacle``: why the group cannot
-    restart in place (None: it can)."""
+    restart in place (None: it can); ``move``: a worker to move off its node, alone where the
+    group restarts in place, with the group where a gang or a queue holds it whole."""
+    if obstacle is None and move is not None and (whole := bad_nodes.whole_group(job)):
+        obstacle = f"{move.says} and {whole}"
+    if obstacle is None and move is not None:
+        others = job.nodes - 1
+        return Decision(
+            IN_PLACE,
+            "RestartingInPlace",
+            f"{verdict.cause}; {move.says}, restarting the other {others} workers in place "
+            f"({verdict.count})",
+        )
     if obstacle is None:
         return Decision(
             IN_PLACE,
@@ -86,6 +105,8 @@ def decide(job: JobSpec, verdict: Verdict, obstacle: str | None) -> Decision:
     count = verdict.count
     if job.restart_strategy == c.RESTART_IN_PLACE:
         count += f"; not in place: {obstacle}"
+    if move is not None and move.says not in count:
+        count += f"; {move.says}"
     return Decision(
         RECREATE, "WorkerFailed", f"{verdict.cause}; restarting all {job.nodes} workers ({count})"
     )

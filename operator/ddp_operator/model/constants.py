@@ -168,6 +168,7 @@ COND_BLOCKED = "Blocked"
 COND_GANG = "GangScheduled"
 COND_QUEUED = "Queued"
 COND_ADMITTED = "Admitted"
+COND_NODES_EXCLUDED = "NodesExcluded"  # nodes a failure was blamed on, kept out (``exclusion``)
 COND_IN_PLACE = "InPlaceRestart"  # False (with why) where the cluster refuses in-place pods
 
 # Restart strategies (spec.restartStrategy): a failed group restarts in place (the kubelet

@@ -26,6 +26,10 @@ OPERATORS = ("In", "NotIn")
 DEFAULT_MAX_UNCOUNTED_RESTARTS = 10
 DEFAULT_MAX_REPLACEMENTS = 10
 DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS = 3  # as NVIDIA's fault-tolerance launcher (decide/goodput)
+# Bad nodes (``decide/blame``, ``decide/exclusion``): how many nodes one job may keep out, and
+# after how many deciding failures in a row of one worker on one node that node is blamed.
+DEFAULT_MAX_EXCLUDED_NODES = 3
+DEFAULT_BLAME_NODE_AFTER = 2
 
 # What one job's rules may cost the operator (the CRD's maxItems and CEL rule say the same).
 MAX_RULES = 20
@@ -44,6 +48,7 @@ class Rule:
     reasons: frozenset[str] | None = None
     pod_conditions: tuple[tuple[str, str | None], ...] | None = None  # (type, reason or any)
     message_pattern: MessagePattern | None = None  # RE2
+    blame_node: bool = False  # a failure it matches is blamed on its node (``decide/blame``)
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class FailurePolicy:
     max_uncounted_restarts: int = DEFAULT_MAX_UNCOUNTED_RESTARTS
     max_replacements: int = DEFAULT_MAX_REPLACEMENTS
     max_restarts_without_progress: int = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS
+    max_excluded_nodes: int = DEFAULT_MAX_EXCLUDED_NODES  # 0: no node is ever kept out
+    blame_node_after: int = DEFAULT_BLAME_NODE_AFTER  # 0: never blamed for repeats alone
 
 
 def _count(raw: Mapping[str, Any], key: str, path: str, default: int, errors: list[str]) -> int:
@@ -94,6 +101,7 @@ def _rule(raw: Mapping[str, Any], path: str, errors: list[str]) -> Rule:
         reasons=frozenset(map(str, reasons)) if reasons else None,
         pod_conditions=tuple((str(c["type"]), c.get("reason")) for c in conditions or ()) or None,
         message_pattern=_pattern(pattern, f"{path}.onMessagePattern", errors),
+        blame_node=raw.get("blameNode") is True,
     )
 
 
@@ -154,5 +162,15 @@ def resolve(raw: Mapping[str, Any] | None, errors: list[str]) -> FailurePolicy:
             f"{at}.maxRestartsWithoutProgress",
             DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
             errors,
+        ),
+        max_excluded_nodes=_count(
+            raw,
+            "maxExcludedNodes",
+            f"{at}.maxExcludedNodes",
+            DEFAULT_MAX_EXCLUDED_NODES,
+            errors,
+        ),
+        blame_node_after=_count(
+            raw, "blameNodeAfter", f"{at}.blameNodeAfter", DEFAULT_BLAME_NODE_AFTER, errors
         ),
     )
