@@ -113,6 +113,16 @@ def test_the_same_worker_failing_on_the_same_node_twice_blames_it():
     nccl = failed("torch.distributed.DistBackendError: NCCL communicator was aborted")
     assert blame.streak(nccl, "gpu-3", last, 1) == 2
     assert blame.streak(failed("", exit_code=3), "gpu-3", last, 1) == 0
+    illegal = failed("RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert blame.streak(illegal, "gpu-3", last, 1) == 2
+    # A RuntimeError of the script's own, or one its data or sizes caused, never counts.
+    for own in (
+        "RuntimeError: the dataset's shard 3 is missing",
+        "RuntimeError: CUDA error: device-side assert triggered",
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ):
+        assert blame.streak(failed(own), "gpu-3", last, 1) == 0, own
+        assert of(failed(own), in_a_row=5) is None, own
     assert of(crash, job(blameNodeAfter=3), in_a_row=2) is None
 
 

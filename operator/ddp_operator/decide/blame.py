@@ -43,6 +43,16 @@ _NOT_THE_SCRIPTS = re.compile(
     r"^\s*(?:[\w.]*\.)?(?:RuntimeError|DistBackendError|DistNetworkError|DistError|"
     r"AcceleratorError|ChildFailedError|SignalException)\b"
 )
+# What counts against a node when it repeats there: torch's own errors of a device or a
+# collective, and a RuntimeError that says CUDA, NCCL or the NPU failed (older torch raises those
+# so). A bare RuntimeError is often the script's own, and out-of-memory or a device-side assert
+# come from its data or its sizes: none of those count.
+_DEVICE_ERROR = re.compile(
+    r"^\s*(?:[\w.]*\.)?(?:DistBackendError|DistNetworkError|AcceleratorError)\b"
+    r"|^\s*(?:[\w.]*\.)?RuntimeError\b.*\b(?:CUDA error|NCCL|HCCL|NPU|cuDNN error|CUBLAS_STATUS)",
+    re.IGNORECASE,
+)
+_SCRIPT_CAUSED = re.compile(r"out of memory|device-side assert", re.IGNORECASE)
 _EXCEPTION = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b")
 _NOT_BLAMED = frozenset(("OOMKilled", "Deleted", "RestartStuck", "NodeLost"))
 _CRASHES = frozenset(("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE", "SIGTRAP"))
@@ -94,14 +104,17 @@ def streak(
 
 def countable(failure: WorkerFailure) -> bool:
     """Whether the failure counts against its node when it repeats there: a hang, a crash by a
-    signal of the process's own (SIGSEGV, SIGBUS, SIGABRT, ...), or an error torch raises for a
-    device or a collective (``RuntimeError``, ``DistBackendError``). A plain exit with no such
-    error is the script's own choice, like its exceptions."""
+    signal of the process's own (SIGSEGV, SIGBUS, SIGABRT, ...), or an error of a device or a
+    collective (``DistBackendError``, ``AcceleratorError``, a ``RuntimeError`` that says CUDA or
+    NCCL failed). A plain exit with no such error is the script's own choice, like its
+    exceptions, a bare ``RuntimeError``, out-of-memory and a device-side assert."""
     if failure.reason in _NOT_BLAMED or failure.disruption or scripts_own(failure):
         return False
     if failure.reason == STALLED:
         return True
-    return failure.signal in _CRASHES or bool(_NOT_THE_SCRIPTS.match(failure.words.summary))
+    summary = failure.words.summary
+    device = bool(_DEVICE_ERROR.match(summary)) and not _SCRIPT_CAUSED.search(summary)
+    return failure.signal in _CRASHES or device
 
 
 def of(
@@ -134,7 +147,7 @@ def of(
     if node in broken:
         return Blame(node, MARKED, f"node {node}: {broken[node]}"[:300])
     most = job.failure_policy.blame_node_after
-    if most and in_a_row >= most:
+    if most and in_a_row >= most and countable(failure):
         if failure.reason == STALLED:
             return Blame(
                 node,
