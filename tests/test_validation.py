@@ -276,6 +276,8 @@ def test_failure_policy_with_every_matcher_is_accepted_with_defaults(
         "maxUncountedRestarts": 10,
         "maxReplacements": 10,
         "maxRestartsWithoutProgress": 3,
+        "maxExcludedNodes": 3,
+        "blameNodeAfter": 2,
         "rules": rules,
     }
     # It may change on a live job.
@@ -286,7 +288,8 @@ def test_failure_policy_with_every_matcher_is_accepted_with_defaults(
         "rules": rules[:1],
     }
     jobs.apply(cluster, ddpjob("policy", namespace, suspend=True, failurePolicy=changed))
-    assert jobs.get(cluster, namespace, "policy")["spec"]["failurePolicy"] == changed
+    defaults = {"maxExcludedNodes": 3, "blameNodeAfter": 2}
+    assert jobs.get(cluster, namespace, "policy")["spec"]["failurePolicy"] == defaults | changed
 
 
 def test_name_too_long_for_worker_pod_names(cluster: Cluster, namespace: str) -> None:
