@@ -21,7 +21,7 @@ import kopf
 
 from ..api import metrics
 from ..api.kube import Kube
-from ..api.nodewatch import NodeHealth, post_node_event
+from ..api.nodewatch import NOT_TAINTED, NodeHealth, post_node_event
 from ..api.transport import JobGone, StatusConflict
 from ..decide import checkpoints, group, kueue_workload, pacing, progress_report, reconcile
 from ..decide.conditions import format_time
@@ -455,6 +455,18 @@ class JobRunner:
         await self.writer.write(plan, self.body, created)
         events, plan.node_events = plan.node_events, []
         for event in events:
-            await post_node_event(self.kube, event.node, event.reason, event.message)
-            if self.nodes is not None:  # for every workload, where the operator is told to
-                await self.nodes.taint(event.node)
+            failed = await post_node_event(self.kube, event.node, event.reason, event.message)
+            if failed is not None:
+                why = f"cannot post Event {event.reason} on node {event.node}: {failed}"
+                kopf.event(self.body, type="Warning", reason="NodeEventFailed", message=why)
+            # The taint for every workload, where the operator is told to: what it did, or why
+            # not, on the job too.
+            said = await self.nodes.taint(event.node) if self.nodes is not None else None
+            if said is not None:
+                refused = NOT_TAINTED in said
+                kopf.event(
+                    self.body,
+                    type="Warning" if refused else "Normal",
+                    reason="NodeNotTainted" if refused else "NodeTainted",
+                    message=said,
+                )

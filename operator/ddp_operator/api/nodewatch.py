@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 15.0
 NODES_PATH = "/api/v1/nodes"
 SUSPECT = {"key": node_health.SUSPECT_TAINT, "value": "true", "effect": "NoSchedule"}
+NOT_TAINTED = "is not tainted"  # in what ``taint`` says when the share forbids it
 
 
 class NodeHealth:
@@ -81,7 +82,7 @@ class NodeHealth:
             return f"node {node} is tainted {node_health.SUSPECT_TAINT} already"
         if len(self.suspects) >= most:
             said = (
-                f"node {node} is not tainted: {len(self.suspects)} of {self.total} nodes are, "
+                f"node {node} {NOT_TAINTED}: {len(self.suspects)} of {self.total} nodes are, "
                 f"the most --taint-blamed-nodes {self.taint_share} allows"
             )
             log.warning("%s", said)
@@ -91,9 +92,7 @@ class NodeHealth:
             return None
         taints = list((body.get("spec") or {}).get("taints") or ())
         if not _suspect(body):
-            taints.append(
-                {"key": node_health.SUSPECT_TAINT, "value": "true", "effect": "NoSchedule"}
-            )
+            taints.append(dict(SUSPECT))
             version = body["metadata"].get("resourceVersion")
             patch = {"metadata": {"resourceVersion": version}, "spec": {"taints": taints}}
             if not await self.kube.patch_node(node, patch):
@@ -111,10 +110,10 @@ def _suspect(node: Mapping[str, Any]) -> bool:
 NODE_EVENTS_NAMESPACE = "default"  # where Events of cluster-scoped objects go, as kubectl looks
 
 
-async def post_node_event(kube: Kube, node: str, reason: str, message: str) -> None:
+async def post_node_event(kube: Kube, node: str, reason: str, message: str) -> str | None:
     """A Warning Event on Node ``node``, in ``default`` with the node's name as its UID, as the
-    kubelet posts its own: ``kubectl describe node`` finds it there. A failure is logged only
-    (the job's own Event says the same)."""
+    kubelet posts its own: ``kubectl describe node`` finds it there. None once posted, else the
+    API's words (the job's loop tells the job)."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     event = {
         "apiVersion": "v1",
@@ -133,3 +132,5 @@ async def post_node_event(kube: Kube, node: str, reason: str, message: str) -> N
         await kube.create_event(event)
     except Exception as exc:
         log.warning("could not post Event %s on node %s: %s", reason, node, exc)
+        return str(exc)
+    return None
