@@ -40,7 +40,7 @@ NS = "m41-backoff"
 CONFIGMAP = "bench-ddp-env"
 POD = "bench-inplace"
 PLAIN = "bench-plain"
-ON_REAL_NODE = {"ddp-operator.io/node": "real"}
+ON_REAL_NODE = {"kubernetes.io/hostname": "real-node-0"}
 # TERM ends the trainer at once (a shell as PID 1 ignores it; sleep would wait out the grace).
 TRAINER_SCRIPT = "trap 'exit 0' TERM; sleep 3600 & wait $!"
 TIMEOUT = 600.0  # seconds one awaited state may take: over the kubelet's 300 s back-off cap

@@ -65,6 +65,8 @@ kubectl -n "$ns" wait --for=condition=Succeeded --timeout=600s "ddpjob/$job" || 
   exit 1
 }
 kubectl -n "$ns" get pods -o wide -l "ddp-operator.io/job-name=$job"
+echo "workers ran on: $(kubectl -n "$ns" get pods -l "ddp-operator.io/job-name=$job" \
+  -o jsonpath='{range .items[*]}{.metadata.name}={.spec.nodeName} {end}')"
 say "Training output of every worker (kubectl ddp logs $job)"
 .venv/bin/kubectl-ddp logs "$job" -n "$ns"
 say "Workers and exit codes (kubectl ddp status $job)"

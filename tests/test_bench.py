@@ -36,6 +36,7 @@ KEYS = [
     "s6_ratio_jobset",
     "s7_inplace_speedup",
     "s7_elastic_speedup",
+    "s7_move_one_ratio",
     "s5_ratio_jobset",
     "rss_ratio_jobset",
     "s8_cpu_per_1000_reports",
@@ -101,6 +102,7 @@ def results(*contenders: str) -> dict[str, Any]:
             "Recreate": [6.0, 4.0, 5.0],
             "ElasticReplace": [4.0, 2.0],
             "GroupRestart": [6.0, 3.0],
+            "MoveOne": [3.0, 2.0, 4.0],
         },
         "s9": {
             "steps": 40,
@@ -146,6 +148,7 @@ def test_the_result_line_names_every_figure_and_ratios_point_the_way_the_issue_s
     assert got["s3_p99_ms"] == "300" and got["s4_rss_mb"] == "101"
     assert got["s7_inplace_speedup"] == "2.50"  # Recreate's median over InPlace's
     assert got["s7_elastic_speedup"] == "1.50"  # the group restart's median over the replacement's
+    assert got["s7_move_one_ratio"] == "1.50"  # moving the blamed worker over the in-place restart
     assert got["s5_ratio_jobset"] == "1.50"
     assert got["rss_ratio_jobset"] == "1.50"  # JobSet controller's peak RSS over ours
     assert got["s8_cpu_per_1000_reports"] == "20.00"  # the operator's, over its idle baseline

@@ -115,7 +115,10 @@ def test_elastic_job_uses_c10d_rendezvous() -> None:
     assert env0["PET_RDZV_BACKEND"] == "c10d"
     assert env0["PET_RDZV_ENDPOINT"] == "train-worker-0.train:29500"
     assert env0["PET_RDZV_ID"] == "uid-1"
-    assert (env0["PET_RDZV_CONF"], env1["PET_RDZV_CONF"]) == ("is_host=1", "is_host=0")
+    assert (env0["PET_RDZV_CONF"], env1["PET_RDZV_CONF"]) == (
+        "is_host=1,keep_alive_interval=1",
+        "is_host=0,keep_alive_interval=1",
+    )
 
 
 def test_service_is_headless_and_publishes_unready_pods() -> None:

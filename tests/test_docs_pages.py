@@ -17,7 +17,7 @@ import yaml
 from harness.cluster import ROOT, Cluster, tool
 from harness.pages import blocks, run, user_env
 from harness.podwatch import PodWatch, worker_key
-from harness.realnode import NODE
+from harness.realnode import NODE, NODE_1
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 
@@ -128,13 +128,16 @@ def test_the_examples_run_as_written_on_the_local_cluster(
     page_run: tuple, example: str, name: str
 ) -> None:
     """Each example the page applies (it waits for each to succeed) had all its workers on the
-    real node, none of them asking for a node."""
+    real nodes, none of them asking for a node; hello-ddp's (its spread preference) on both."""
     out, placements = page_run
     assert f"ddpjob.ddp-operator.io/{name} condition met" in out, out
     nodes = yaml.safe_load((ROOT / "examples" / example).read_text())["spec"]["nodes"]
     placed = placements.placed.get(name, {})
     assert sorted(placed) == [f"{name}-worker-{i}" for i in range(nodes)], placed
-    assert all(node == NODE and not selector for node, selector in placed.values()), placed
+    real = (NODE, NODE_1)
+    assert all(node in real and not selector for node, selector in placed.values()), placed
+    if name == "hello-ddp":
+        assert sorted(node for node, _ in placed.values()) == [NODE, NODE_1], placed
 
 
 def test_the_sdk_page_runs_as_written(cluster: Cluster, demo: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
+from typing import Any
 
 from ddp_operator.decide.reconcile import plan
 from ddp_operator.manifests import builders
@@ -111,10 +112,23 @@ def test_scaling_up_creates_the_new_workers_and_down_removes_the_highest() -> No
     assert st["replacements"] == 1 and p.create == [1]
 
 
+def test_a_lost_agent_is_dropped_within_seconds_unless_the_job_says_or_is_large() -> None:
+    """A heartbeat a second (the lost agent blocks the next round until its heartbeats are
+    missed); the job's own keep_alive_interval wins; above 64 nodes torch's default stays."""
+
+    def conf(**spec: Any) -> str:
+        return env_of(builders.build_worker_pod(job(**spec), 1), job(**spec))["PET_RDZV_CONF"]
+
+    assert conf() == "is_host=0,keep_alive_interval=1"
+    assert conf(rdzvConf={"keep_alive_interval": "3"}) == "is_host=0,keep_alive_interval=3"
+    assert conf(maxNodes=65) == "is_host=0"
+
+
 def test_elastic_env_lets_torchrun_restart_and_rendezvous_again() -> None:
     j = job(rdzvConf={"last_call_timeout": "5"})
     env = env_of(builders.build_worker_pod(j, 1), j)
-    assert env["PET_NNODES"] == "2:3" and env["PET_RDZV_CONF"] == "is_host=0,last_call_timeout=5"
+    assert env["PET_NNODES"] == "2:3"
+    assert env["PET_RDZV_CONF"] == "is_host=0,keep_alive_interval=1,last_call_timeout=5"
     assert env["PET_MAX_RESTARTS"] == "3" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     template = {
         "spec": {

@@ -242,7 +242,10 @@ UNMODIFIED = textwrap.dedent("""
         time.sleep(120)  # hung: never joins the fourth
     if os.environ.get("SPIN") == str(dist.get_rank()):  # a thread keeps a core busy meanwhile
         import threading
-        threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+        def spin():  # busy, taking no memory
+            while True:
+                pass
+        threading.Thread(target=spin, daemon=True).start()
     dist.all_reduce(t)
 """)
 

@@ -87,14 +87,15 @@ def test_a_worker_name_resolves_through_cluster_dns(
 
 def _bridge() -> tuple[str, str, str]:
     """The bridge's name and the MAC address realnode.sh gives it, and the address it has."""
-    lib = (ROOT / "hack" / "cluster" / "realnode" / "lib.sh").read_text()
-    settings = dict(
-        line.split("#")[0].strip().split("=", 1)
-        for line in lib.splitlines()
-        if line.startswith(("bridge=", "bridge_mac="))
+    lib = ROOT / "hack" / "cluster" / "realnode" / "lib.sh"
+    said = subprocess.run(
+        ["bash", "-c", f'source "{lib}" && echo "$bridge $bridge_mac"'],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    name = settings["bridge"]
-    return name, settings["bridge_mac"], Path(f"/sys/class/net/{name}/address").read_text().strip()
+    name, mac = said.stdout.split()
+    return name, mac, Path(f"/sys/class/net/{name}/address").read_text().strip()
 
 
 def test_the_bridge_keeps_its_address_while_pods_come_and_go(
@@ -213,9 +214,12 @@ def test_a_host_whose_own_kube_proxy_keeps_iptables_chains_is_told_apart(
 
 @pytest.mark.last
 def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) -> None:
-    """No process, mount, network namespace, bridge, iptables chain or changed kernel setting of
-    the node is left behind."""
+    """No process, mount, network namespace, bridge, link, route, cgroup, iptables chain or
+    changed kernel setting of either real node is left behind (real-node-0's down takes
+    real-node-1 down first)."""
     saved = (ROOT / ".cluster" / "realnode" / "sysctl.saved").read_text().split()
+    assert any(line.startswith("net.ipv4.ip_forward=") for line in saved), saved
+    assert (ROOT / ".cluster" / "realnode-1" / "netns").exists()
     realnode("down")
     programs = {
         "containerd",
@@ -238,12 +242,16 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
             left.append(f"{exe.parent.name}: {target}")
     assert not left, left
     mounts = Path("/proc/self/mountinfo").read_text()
-    assert str(ROOT / ".cluster" / "realnode") not in mounts
+    assert str(ROOT / ".cluster" / "realnode") not in mounts  # realnode-1/netns too
     assert "/run/netns" not in mounts and "/run/containerd" not in mounts
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert " ddp0:" not in links and "veth" not in links
+    assert " ddp0:" not in links and "veth" not in links and " ddp-h1" not in links, links
+    routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True)
+    assert "198.18." not in routes.stdout and "198.19." not in routes.stdout, routes.stdout
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    assert "KUBE-" not in rules and "DDP-NETPOL" not in rules, rules
+    assert "KUBE-" not in rules and "DDP-" not in rules, rules
+    assert not list(Path("/sys/fs/cgroup").glob("*/ddp-real-node-1"))
+    assert not (ROOT / ".cluster" / "realnode-1").exists()
     lib = ROOT / "hack" / "cluster" / "realnode" / "lib.sh"
     none = subprocess.run(["bash", "-c", f'source "{lib}" && kube_chain_keepers'])
     assert none.returncode == 1
@@ -253,4 +261,4 @@ def test_realnode_down_leaves_nothing(cluster: Cluster, images: dict[str, str]) 
         assert now.strip() == value, (key, value, now)
     assert not (ROOT / ".cluster" / "realnode").exists()
     nodes = [n.metadata.name for n in cluster.core.list_node().items]
-    assert NODE not in nodes
+    assert NODE not in nodes and "real-node-1" not in nodes

@@ -40,8 +40,11 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 hang = os.environ["DDP_ATTEMPT"] == "0" and dist.get_rank() == 1
+def spin():  # a core kept busy, as NCCL's waiting rank does; no memory taken
+    while True:
+        pass
 if os.environ["DDP_ATTEMPT"] == "0" and os.environ.get("SPIN") == str(dist.get_rank()):
-    threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+    threading.Thread(target=spin, daemon=True).start()
 x = torch.randn(64, 64)
 for step in range(1, 41):
     if hang and step == 20:

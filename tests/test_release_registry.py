@@ -17,6 +17,7 @@ import yaml
 
 from harness.cluster import ROOT, Cluster, tool
 from harness.pages import run, user_env
+from harness.realnode import NODE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 
@@ -93,6 +94,10 @@ def test_a_release_pushed_to_a_registry_installs_from_it_and_its_images_are_pull
                 f"image.repository={repo}/ddp-operator",
                 "--set",
                 f"watchNamespaces={{{ns}}}",
+                # The registry listens on this host's loopback, which real-node-1's network
+                # namespace does not share: everything that pulls from it on real-node-0.
+                "--set-string",
+                f"nodeSelector.kubernetes\\.io/hostname={NODE}",
                 "--wait",
                 "--timeout",
                 "5m",
@@ -106,8 +111,9 @@ def test_a_release_pushed_to_a_registry_installs_from_it_and_its_images_are_pull
         (status,) = operator.status.container_statuses
         assert status.image_id.startswith(f"{repo}/ddp-operator@sha256:"), status.image_id
 
-        job = (ROOT / "examples" / "cpu-job.yaml").read_text()
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=job)
+        job = yaml.safe_load((ROOT / "examples" / "cpu-job.yaml").read_text())
+        job["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(job))
         cluster.kubectl(
             "wait", "-n", ns, "--for=condition=Succeeded", "--timeout=300s", "ddpjob/hello-ddp"
         )

@@ -112,7 +112,7 @@ def test_an_elastic_pod_keeps_the_values_of_the_size_it_was_created_for() -> Non
         if "value" in e
     }
     assert (env["NNODES"], env["WORLD_SIZE"], env["VC_WORKER_NUM"]) == ("3", "3", "3")
-    assert env["PET_RDZV_CONF"] == "is_host=0,join_timeout=60"
+    assert env["PET_RDZV_CONF"] == "is_host=0,keep_alive_interval=1,join_timeout=60"
 
 
 def test_where_to_resume_is_carried_or_read_at_each_start_in_place() -> None:

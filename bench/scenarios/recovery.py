@@ -2,8 +2,11 @@
 ``env://``) whose worker 1 exits 3 in attempt 0, one second after the group formed; the time from
 that exit to every process of attempt 1 past ``init_process_group``, by restart strategy:
 InPlace (the kubelet restarts the pods' containers) and Recreate (the pods are deleted and created
-again). The processes write their own clock readings to a host folder (the real node runs on this
-machine, so one clock serves both attempts, and a deleted pod's record stays)."""
+again); and, with the second real node up, MoveOne: the workers one on each real node, worker 1's
+exit saying a CUDA ECC error, so that its node is kept out and its pod alone is recreated on the
+other node while worker 0 restarts in place (issue 72). The processes write their own clock
+readings to a host folder (the real nodes run on this machine, so one clock serves both attempts
+and both nodes, and a deleted pod's record stays)."""
 
 from __future__ import annotations
 
@@ -34,11 +37,31 @@ if attempt == "0" and rank == "1":
     time.sleep(1)
     with open(f"{out}/failed", "w") as f:
         f.write(repr(time.time()))
+    if os.environ.get("S7_ECC"):
+        print("RuntimeError: CUDA error: uncorrectable ECC error encountered", flush=True)
     os._exit(3)
 dist.barrier()
 """
-# The real node (untainted: the fake nodes are, hack/cluster/manifests/nodes.yaml).
-ON_REAL_NODE: dict[str, Any] = {"nodeSelector": {"ddp-operator.io/node": "real"}}
+# The first real node by name (the real nodes are untainted; the fake nodes are tainted,
+# hack/cluster/manifests/nodes.yaml): each run measures on the same one.
+ON_REAL_NODE: dict[str, Any] = {"nodeSelector": {"kubernetes.io/hostname": "real-node-0"}}
+MOVE_ONE = "MoveOne"  # S7's name for an in-place job whose failed worker's node is blamed
+
+
+def across(name: str) -> dict[str, Any]:
+    """Placement of MoveOne's workers: the real nodes, one worker on each (a node kept out is
+    no domain of the spread, so the moved worker may join the other)."""
+    return {
+        "nodeSelector": {"ddp-operator.io/node": "real"},
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {c.LABEL_JOB: name}},
+            }
+        ],
+    }
 
 
 def trainer_image() -> str:
@@ -53,16 +76,19 @@ def trainer_image() -> str:
 
 def job(name: str, ns: str, image: str, strategy: str) -> dict[str, Any]:
     out = str(HOST / name)
+    env = [{"name": "S7_OUT", "value": out}]
+    if strategy == MOVE_ONE:
+        env.append({"name": "S7_ECC", "value": "1"})
     container = {
         "name": "trainer",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-c", SCRIPT],
-        "env": [{"name": "S7_OUT", "value": out}],
+        "env": env,
         "volumeMounts": [{"name": "out", "mountPath": out}],
     }
     spec = {
-        **ON_REAL_NODE,
+        **(across(name) if strategy == MOVE_ONE else ON_REAL_NODE),
         "terminationGracePeriodSeconds": 5,
         "containers": [container],
         "volumes": [{"name": "out", "hostPath": {"path": out, "type": "Directory"}}],
@@ -75,7 +101,8 @@ def job(name: str, ns: str, image: str, strategy: str) -> dict[str, Any]:
             "nodes": 2,
             "backend": "gloo",
             "backoffLimit": 1,
-            "restartStrategy": strategy,  # both explicit
+            # both explicit; MoveOne is an in-place job
+            "restartStrategy": c.RESTART_IN_PLACE if strategy == MOVE_ONE else strategy,
             "template": {"spec": spec},
         },
     }
@@ -106,21 +133,25 @@ def one(ours: Ours, ns: str, image: str, strategy: str, n: int) -> float:
         time.sleep(0.5)
     else:
         raise RuntimeError(f"S7 {name}: not finished in 300 s")
+    said = json.dumps(obj["status"])[:1500]
     if phase != "Succeeded" or obj["status"].get("restarts") != 1:
-        raise RuntimeError(f"S7 {name}: {phase}, status {json.dumps(obj['status'])[:1500]}")
+        raise RuntimeError(f"S7 {name}: {phase}, status {said}")
+    if strategy == MOVE_ONE and len(obj["status"].get("excludedNodes") or []) != 1:
+        raise RuntimeError(f"S7 {name}: no node kept out, status {said}")
     failed = float((out / "failed").read_text())
     passed = [float((out / f"init-1-{r}").read_text()) for r in (0, 1)]
     ours.cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, name)
     return max(passed) - failed
 
 
-def available(ours: Ours) -> bool:
-    """Whether the cluster has the local real node (S7 needs its kubelet, and this host)."""
+def available(ours: Ours, node: str = "real-node-0") -> bool:
+    """Whether the cluster has that local real node Ready (S7 needs its kubelet, and this
+    host)."""
     try:
-        node = ours.cluster.core.read_node("real-node-0")
+        found = ours.cluster.core.read_node(node)
     except Exception:
         return False
-    return any(cd.type == "Ready" and cd.status == "True" for cd in node.status.conditions or [])
+    return any(cd.type == "Ready" and cd.status == "True" for cd in found.status.conditions or [])
 
 
 def recovery(ours: Ours, runs: int) -> dict[str, Any]:
@@ -128,6 +159,10 @@ def recovery(ours: Ours, runs: int) -> dict[str, Any]:
     image = trainer_image()
     ns = ours.namespace("s7")
     found: dict[str, list[float]] = {c.RESTART_IN_PLACE: [], c.RESTART_RECREATE: []}
+    if available(ours, "real-node-1"):
+        found[MOVE_ONE] = []
+    else:
+        log("S7 MoveOne left out: no second real node (hack/cluster/realnode.sh up 1)")
     for n in range(runs):
         for strategy, times in found.items():
             times.append(one(ours, ns, image, strategy, n))

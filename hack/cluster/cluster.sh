@@ -9,9 +9,10 @@
 #         processes, client throttles lifted), registers the fake nodes and pod stages, writes
 #         .cluster/kubeconfig and links kubectl, helm, kwokctl and kubectl-ddp (from .venv)
 #         into .cluster/bin/. Then the
-#         real node (hack/cluster/realnode.sh up: a kubelet and containerd, real containers) with
-#         the images built here (realnode.sh image, trainer, operator) imported. DDP_REAL_NODE=0
-#         leaves it out (a control plane with fake nodes only; no root needed). A failed up
+#         real nodes (hack/cluster/realnode.sh up, up 1: each a kubelet and containerd, real
+#         containers; real-node-1 in a network namespace of its own) with the images built here
+#         (realnode.sh image, trainer, operator) imported. DDP_REAL_NODES=1 leaves out the second,
+#         DDP_REAL_NODE=0 both (a control plane with fake nodes only; no root needed). A failed up
 #         takes down the control plane if it started it. Run twice, it restarts nothing.
 # down:   stops and deletes the cluster (and the real node, hack/cluster/realnode.sh, if up); no
 #         process of it is left running.
@@ -171,6 +172,9 @@ up() {
   fake_nodes
   if [[ "${DDP_REAL_NODE:-1}" == 1 ]]; then
     "$here/realnode.sh" up || die "the real node did not come up (DDP_REAL_NODE=0 leaves it out)"
+    if ((${DDP_REAL_NODES:-2} > 1)); then
+      "$here/realnode.sh" up 1 || die "real-node-1 did not come up (DDP_REAL_NODES=1 leaves it out)"
+    fi
     local image
     for image in image trainer operator; do
       "$here/realnode.sh" "$image" >/dev/null || die "realnode.sh $image failed"
@@ -295,7 +299,8 @@ start() {
 status() {
   if [[ -x "$state/bin/kubectl" ]] && healthy; then
     echo "cluster $name: running; kubeconfig $kubeconfig"
-    if [[ -d "$state/realnode" ]]; then echo "real node: $("$here/realnode.sh" status | head -n 1)"; fi
+    if [[ -d "$state/realnode" ]]; then echo "real-node-0: $("$here/realnode.sh" status | head -n 1)"; fi
+    if [[ -d "$state/realnode-1" ]]; then echo "real-node-1: $("$here/realnode.sh" status 1 | head -n 1)"; fi
     kubectl_ get nodes -L ddp-operator.io/accelerator \
       -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].status,GPU:.status.allocatable.nvidia\.com/gpu,ASCEND910:.status.allocatable.huawei\.com/Ascend910,CPU:.status.allocatable.cpu'
   else

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# One real node beside the kwok nodes of the local cluster (hack/cluster/cluster.sh): `realnode.sh
-# up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol stop|start`.
+# The real nodes beside the kwok nodes of the local cluster (hack/cluster/cluster.sh): `realnode.sh
+# up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol
+# stop|start [NODE]`. NODE 0 (the default) is real-node-0, described below; 1 is real-node-1, the
+# same in a network namespace of its own (realnode/lib.sh, realnode/second.sh): it needs
+# real-node-0 up, and real-node-0's down takes it down first. Images go into every running node.
 # up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins, CoreDNS and
 #         netpol (build.sh real-node) and the pause image, then starts containerd and a kubelet that
 #         registers node real-node-0 (label ddp-operator.io/node=real; no taint: the fake nodes
@@ -41,36 +44,18 @@
 # the images debootstrap and buildah (hack/prereqs.sh cluster checks them all); its runc is its
 # own (build.sh real-node), and its daemons take nothing from a host's PATH (realnode/lib.sh).
 set -euo pipefail
+case "${1:-}" in
+  up | down | status) index="${2:-0}" ;;
+  netpol) index="${3:-0}" ;;
+esac
 # shellcheck source=hack/cluster/realnode/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/realnode/lib.sh"
 # shellcheck source=hack/cluster/realnode/down.sh
 source "$here/realnode/down.sh"
-
-# image_tar NAME REF ROOTFS ARGS...: an OCI archive of ROOTFS as REF, cached as NAME.
-image_tar() {
-  local name=$1 ref=$2 rootfs=$3; shift 3
-  local out="$cache/images/$name.tar"
-  if [[ ! -f "$out" ]]; then
-    mkdir -p "$cache/images"
-    python3 "$here/ociimage.py" --name "$ref" --rootfs "$rootfs" "$@" "$out"
-  fi
-  echo "$out"
-}
-
-pause_image() {
-  local key dir
-  key="$(sha256sum "$bin/pause" | cut -c1-12)"
-  pause_ref="ddp-operator.io/pause:$key"
-  dir="$(mktemp -d)"
-  install -m 0755 "$bin/pause" "$dir/pause"
-  pause_tar="$(image_tar "pause-$key" "$pause_ref" "$dir" --entrypoint '["/pause"]')"
-  rm -rf "$dir"
-}
-
-import() {
-  ctr_ images import --snapshotter overlayfs "$1" >/dev/null 2>>"$rn/ctr.log" ||
-    die "import of $1 failed: $rn/ctr.log"
-}
+# shellcheck source=hack/cluster/realnode/second.sh
+source "$here/realnode/second.sh"
+# shellcheck source=hack/cluster/realnode/images.sh
+source "$here/realnode/images.sh"
 
 write_configs() {
   mkdir -p "$rn/containerd/certs.d/_default" "$rn/cni/net.d" "$rn/kubelet" "$rn/pod-logs" \
@@ -91,20 +76,20 @@ write_configs() {
 # to CoreDNS were lost until those entries expired (5 to 10 s; seen as a torch TCPStore server
 # blocked for 10 s on a reverse lookup of a new client).
 make_bridge() {
-  if ! ip link show "$bridge" >/dev/null 2>&1; then
-    ip link add "$bridge" address "$bridge_mac" type bridge
+  if ! "${ns[@]}" ip link show "$bridge" >/dev/null 2>&1; then
+    "${ns[@]}" ip link add "$bridge" address "$bridge_mac" type bridge
   fi
-  ip link set "$bridge" address "$bridge_mac"
-  if ! ip -4 addr show dev "$bridge" | grep -qF " $gateway/"; then
-    ip addr add "$gateway/${subnet#*/}" dev "$bridge"
+  "${ns[@]}" ip link set "$bridge" address "$bridge_mac"
+  if ! "${ns[@]}" ip -4 addr show dev "$bridge" | grep -qF " $gateway/"; then
+    "${ns[@]}" ip addr add "$gateway/${subnet#*/}" dev "$bridge"
   fi
-  ip link set "$bridge" up
+  "${ns[@]}" ip link set "$bridge" up
 }
 
 # wait_listen NAME PROTO ADDRESS:PORT: until NAME listens there.
 wait_listen() {
   local t0=$SECONDS
-  until [[ -n "$(ss -Hln"$2" "src $3")" ]]; do
+  until [[ -n "$("${ns[@]}" ss -Hln"$2" "src $3")" ]]; do
     alive "$(<"$rn/$1.pid")" || die "$1 exited: $rn/$1.log"
     ((SECONDS - t0 < 60)) || die "$1 does not listen on $3 in 60s: $rn/$1.log"
     sleep 0.2
@@ -129,7 +114,7 @@ start_api_forward() {
 # those pods are dropped (`realnode.sh netpol stop|start` for the tests that prove it).
 start_netpol() {
   local t0=$SECONDS
-  daemon netpol "$bin/netpol" -kubeconfig "$kubeconfig" -node "$node"
+  daemon netpol "$bin/netpol" -kubeconfig "$node_kubeconfig" -node "$node"
   until grep -q "rules written" "$rn/netpol.log" 2>/dev/null; do
     alive "$(<"$rn/netpol.pid")" || die "netpol exited: $rn/netpol.log"
     ((SECONDS - t0 < 60)) || die "netpol not ready in 60s: $rn/netpol.log"
@@ -206,25 +191,44 @@ up() {
   pause_image
   local t0=$SECONDS
   kubectl_ get --raw /readyz >/dev/null || die "the cluster does not answer"
+  if ((index > 0)); then
+    alive "$(cat "$state/realnode/api-forward.pid" 2>/dev/null || echo 0)" ||
+      die "real-node-0 first (realnode.sh up): $node reaches the API and DNS through it"
+  fi
   mkdir -p "$rn"
   trap stop_started EXIT
-  record_host
+  if ((index == 0)); then
+    record_host
+    # real-node-1's images: a clone of these, made while no containerd runs.
+    local other
+    other="$(cat "$state/realnode-1/containerd.pid" 2>/dev/null || echo 0)"
+    if ((${DDP_REAL_NODES:-2} > 1)) && ! pid_of containerd >/dev/null && ! alive "$other"; then
+      clone_images "$images_root-1"
+    fi
+    fence_up
+  else
+    cgroup_root_up
+    node_net_up
+  fi
   write_configs
   make_bridge
-  start_coredns
-  start_api_forward
+  if ((index == 0)); then
+    start_coredns
+    start_api_forward
+  fi
   start_containerd
   import "$pause_tar"
-  daemon kubelet "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$kubeconfig" \
+  daemon kubelet "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$node_kubeconfig" \
     --root-dir "$rn/kubelet/root" --cert-dir "$rn/kubelet/pki" \
     --hostname-override "$node" --cloud-provider external --node-labels ddp-operator.io/node=real
   wait_until "node $node did not register" kubelet kubectl_ get node "$node"
-  # The kubelet listens on 127.0.0.1 only, an address it refuses as its node IP ("nodeIP can't be
-  # loopback address"): with --cloud-provider external it leaves the addresses to a cloud
-  # controller, which this is. The apiserver reaches the kubelet (kubectl logs/exec) at the first
-  # address of its preferred types, so InternalIP 127.0.0.1 alone (a Hostname would come first).
+  # real-node-0's kubelet listens on 127.0.0.1 only, an address it refuses as its node IP
+  # ("nodeIP can't be loopback address"): with --cloud-provider external it leaves the addresses
+  # to a cloud controller, which this is. The apiserver reaches the kubelet (kubectl logs/exec)
+  # at the first address of its preferred types, so InternalIP alone (a Hostname would come
+  # first): 127.0.0.1, or real-node-1's end of its link.
   kubectl_ patch node "$node" --subresource=status --type=json \
-    -p '[{"op": "replace", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "127.0.0.1"}]}]' \
+    -p '[{"op": "replace", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "'"$kubelet_address"'"}]}]' \
     >/dev/null
   kubectl_ taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
   # Nodes registered before the fake nodes were tainted instead have this one.
@@ -233,66 +237,15 @@ up() {
   start_netpol
   kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
     die "node $node is not Ready: $rn/kubelet.log"
-  wait_until "kube-proxy is not healthy" kube-proxy curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
+  wait_until "kube-proxy is not healthy" kube-proxy "${ns[@]}" curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
   trap - EXIT
   log "node $node is Ready in $((SECONDS - t0))s (containerd $CONTAINERD_VERSION, logs in $rn)"
 }
 
-# provide ARGS...: the image `image.sh ARGS...` builds (or reuses: base, trainer [NAME=VALUE]...,
-# operator, foreign NAME), imported
-# into the running node unless it is there (its name carries its cache key); prints its name.
-provide() {
-  [[ $(id -u) == 0 ]] || die "needs root"
-  tools
-  local out t0=$SECONDS
-  out="$("$here/image.sh" "$@")"
-  local tar="${out% *}" ref="${out#* }"
-  if pid_of containerd >/dev/null && [[ -z "$(ctr_ images ls -q "name==$ref" 2>/dev/null)" ]]; then
-    import "$tar"
-    log "imported $ref in $((SECONDS - t0))s"
-  fi
-  # The default trainer image is also the examples' image (examples/*.yaml), so that they run
-  # here as written: the tag is not `latest`, so the kubelet never tries to pull it.
-  if [[ $1 == trainer && $# == 1 ]] && pid_of containerd >/dev/null; then
-    ctr_ images tag --force "$ref" "$examples_trainer" >/dev/null
-  fi
-  # Earlier builds of this image (its name up to the key: trainer:torch2.5.1-<key>, operator:<key>,
-  # foreign-NAME:<key>) go, from the cache and from the node (containerd then collects their
-  # content): the trainer image is 3.2 GB. An archive is one of them only where what follows its
-  # stem has no '-' (the key or the date alone): foreign-debian-<key>.tar's stem also starts
-  # foreign-debian-torch-<key>.tar, another image's.
-  local stem="${ref%:*}:" old
-  if [[ "${ref##*:}" == *-* ]]; then stem="${ref%-*}-"; fi
-  for old in "${tar%-*}"-*.tar; do
-    if [[ "$old" != "$tar" && -f "$old" && "${old#"${tar%-*}"-}" != *-* ]]; then rm -f "$old"; fi
-  done
-  if pid_of containerd >/dev/null; then
-    for old in $(ctr_ images ls -q 2>/dev/null); do
-      if [[ "$old" == "$stem"* && "$old" != "$ref" ]]; then ctr_ images rm "$old" >/dev/null || true; fi
-    done
-    # The CRI's own references (sha256:<config digest>) of images no name points to any more.
-    ctr_ images ls 2>/dev/null | awk 'NR > 1 && $1 !~ /^sha256:/ { keep[$3] = 1 }
-      NR > 1 && $1 ~ /^sha256:/ { id[$1] = $3 }
-      END { for (r in id) if (!(id[r] in keep)) print r }' |
-      xargs -r "$bin/ctr" --address "$sock" --namespace k8s.io images rm >/dev/null 2>&1 || true
-  fi
-  echo "$ref"
-}
-
-# load TAR REF NAME: the archive TAR of image REF (image.sh's output) imported unless REF is
-# there, and REF named NAME as well; nothing removed (hack/release.sh: the local cluster standing
-# in for a registry; a pod naming NAME finds it and, its tag not latest, never pulls).
-load() {
-  [[ $(id -u) == 0 ]] || die "needs root"
-  tools
-  pid_of containerd >/dev/null || die "the real node is not up (make cluster-up)"
-  if [[ -z "$(ctr_ images ls -q "name==$2" 2>/dev/null)" ]]; then import "$1"; fi
-  ctr_ images tag --force "$2" "$3" >/dev/null
-}
-
 status() {
-  local p line=""
-  for p in containerd kubelet kube-proxy coredns api-forward netpol; do
+  local p line="" programs=(containerd kubelet kube-proxy netpol)
+  if ((index == 0)); then programs+=(coredns api-forward); fi
+  for p in "${programs[@]}"; do
     if pid_of "$p" >/dev/null; then line+="$p: pid $(<"$rn/$p.pid"); "; else line+="$p: stopped; "; fi
   done
   echo "${line%; }"
@@ -303,7 +256,9 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | image | trainer | operator | foreign | netpol | load) hold_lock ;;
+  up | down | netpol) hold_lock "${index#0}" ;;
+  # Images go into every node that runs.
+  image | trainer | operator | foreign | load) hold_lock 1 ;;
 esac
 case "${1:-}" in
   up) up ;;
@@ -325,11 +280,11 @@ case "${1:-}" in
     case "${2:-}" in
       stop) stop netpol ;;
       start) : >"$rn/netpol.log" && start_netpol ;;
-      *) echo "usage: $0 netpol stop|start" >&2; exit 2 ;;
+      *) echo "usage: $0 netpol stop|start [NODE]" >&2; exit 2 ;;
     esac
     ;;
   *)
-    echo "usage: $0 up|down|status|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol stop|start" >&2
+    echo "usage: $0 up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol stop|start [NODE]" >&2
     exit 2
     ;;
 esac

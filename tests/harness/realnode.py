@@ -22,10 +22,16 @@ KUBELET_PID = ROOT / ".cluster" / "realnode" / "kubelet.pid"
 KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
 POD_NET = ipaddress.ip_network("198.18.0.0/15")
 NODE = "real-node-0"
-# How a pod (or a DDPJob's template) asks for the real node: its label. It has no taint (the fake
-# nodes have), so a pod that asks for nothing lands there too, but in the tests' fake-node
-# namespaces (harness.nodes.fake_nodes_namespace).
-ON_REAL_NODE: dict[str, Any] = {"nodeSelector": {"ddp-operator.io/node": "real"}}
+# The second real node (realnode.sh up 1): its own kubelet and containerd, in a network
+# namespace of its own.
+NODE_1 = "real-node-1"
+SOCKS = {NODE: SOCK, NODE_1: ROOT / ".cluster" / "realnode-1" / "containerd" / "containerd.sock"}
+# How a pod (or a DDPJob's template) asks for a real node: their label. They have no taint (the
+# fake nodes have), so a pod that asks for nothing lands on one of them too, but in the tests'
+# fake-node namespaces (harness.nodes.fake_nodes_namespace). Most tests look at what runs through
+# real-node-0's containerd: ON_REAL_NODE asks for that one by name.
+ON_REAL_NODES: dict[str, Any] = {"nodeSelector": {"ddp-operator.io/node": "real"}}
+ON_REAL_NODE: dict[str, Any] = {"nodeSelector": {"kubernetes.io/hostname": NODE}}
 
 
 def realnode(*args: str, timeout: float = 1800) -> str:
@@ -132,12 +138,12 @@ def kubectl_ddp(cluster: Cluster, *args: str) -> str:
     return done.stdout
 
 
-def ctr(*args: str) -> str:
+def ctr(*args: str, node: str = NODE) -> str:
     """containerd's `ctr` on the node's socket (namespace k8s.io); its output."""
     bindir = subprocess.run(
         [str(BUILD_SH), "real-node"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    cmd = [f"{bindir}/ctr", "--address", str(SOCK), "--namespace", "k8s.io", *args]
+    cmd = [f"{bindir}/ctr", "--address", str(SOCKS[node]), "--namespace", "k8s.io", *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
@@ -151,7 +157,8 @@ def container_pid(cluster: Cluster, ns: str, pod: str) -> int:
     """The host PID of the main process of the pod's trainer container."""
     status = trainer_status(cluster, ns, pod)
     cid = status.container_id.removeprefix("containerd://")
-    for line in ctr("tasks", "ls").splitlines()[1:]:
+    node = cluster.core.read_namespaced_pod(pod, ns).spec.node_name
+    for line in ctr("tasks", "ls", node=node).splitlines()[1:]:
         task, pid, _ = line.split()
         if task == cid:
             return int(pid)

@@ -8,10 +8,12 @@ mounts_under() {
   awk -v p="$1" '$5 == p || index($5, p "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
 }
 
-# Processes in the pods' cgroups (kubelet's cgroupfs tree "kubepods", in the pids hierarchy).
+# Processes in the pods' cgroups (kubelet's cgroupfs tree "kubepods" under the node's cgroup
+# root, in the pids hierarchy).
 pod_pids() {
-  [[ -d /sys/fs/cgroup/pids/kubepods ]] || return 0
-  find /sys/fs/cgroup/pids/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null
+  local pods="/sys/fs/cgroup/pids$cgroup_root/kubepods"
+  [[ -d "$pods" ]] || return 0
+  find "$pods" -name cgroup.procs -exec cat {} + 2>/dev/null
 }
 
 restore_sysctls() {
@@ -75,7 +77,7 @@ remove_containers() {
 remove_host_files() {
   local d
   # Pod cgroups kubelet made (cgroupfs driver), deepest first, in every hierarchy.
-  for d in /sys/fs/cgroup/*/kubepods; do
+  for d in /sys/fs/cgroup/*"$cgroup_root"/kubepods; do
     if [[ -d "$d" ]]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
   done
   if [[ -d /var/log/containers ]]; then
@@ -90,7 +92,9 @@ remove_host_files() {
   if [[ -e "$rn/no-var-lib-cni" ]]; then
     rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   fi
-  # The kubelet's device plugin socket has a fixed path (not under its root directory).
+  ((index == 0)) || return 0
+  # The kubelet's device plugin socket has a fixed path (not under its root directory): both
+  # kubelets make it, the last one started holds it (no device plugin is used).
   rm -f /var/lib/kubelet/device-plugins/kubelet.sock
   if [[ -e "$rn/no-var-lib-kubelet" ]]; then
     rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
@@ -101,7 +105,11 @@ remove_host_files() {
 
 down() {
   local t0=$SECONDS
-  [[ -d "$rn" ]] || { log "no real node"; return 0; }
+  # real-node-1 goes first: it reaches the API through real-node-0.
+  if ((index == 0)) && [[ -d "$state/realnode-1" ]]; then
+    DDP_REALNODE_LOCKED=1 "$here/realnode.sh" down 1 || log "real-node-1's down failed"
+  fi
+  [[ -d "$rn" ]] || { log "no real node $node"; return 0; }
   tools
   local api=0
   if [[ -f "$kubeconfig" ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then api=1; fi
@@ -111,20 +119,25 @@ down() {
       --wait=true --timeout=60s >/dev/null 2>&1 || log "pods of $node not all gone in 60s"
   fi
   stop netpol
-  "$bin/netpol" -cleanup || log "netpol -cleanup failed"
+  if ((index == 0)); then "$bin/netpol" -cleanup || log "netpol -cleanup failed"; fi
   stop kube-proxy
   stop kubelet
   stop coredns
   stop api-forward
   remove_containers
+  # real-node-1's namespace: what still runs in it is killed before its pin is unmounted.
+  if ((index > 0)); then node_net_down; fi
   local m
   while read -r m; do
     if [[ -n "$m" ]]; then umount -l "$m" 2>/dev/null || true; fi
   done < <(mounts_under "$rn")
-  if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
+  if ((index == 0)) && ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
   remove_host_files
-  remove_kube_chains
-  restore_sysctls
+  if ((index == 0)); then
+    remove_kube_chains
+    fence_down
+    restore_sysctls
+  fi
   # Pods the kubelet could not stop are gone now: their objects go, then the Node.
   if ((api)); then
     kubectl_ delete pods -A --field-selector "spec.nodeName=$node" --force --grace-period=0 \
@@ -132,5 +145,5 @@ down() {
     kubectl_ delete node "$node" --ignore-not-found --wait=true >/dev/null 2>&1 || true
   fi
   rm -rf --one-file-system "$rn"
-  log "real node is down in $((SECONDS - t0))s"
+  log "$node is down in $((SECONDS - t0))s"
 }

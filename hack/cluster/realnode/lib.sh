@@ -4,32 +4,70 @@
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="$(cd "$here/../.." && pwd)"
 state="$root/.cluster"
-rn="$state/realnode"
 kubeconfig="$state/kubeconfig"
 cache="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}"
-node=real-node-0
-bridge=ddp0
-bridge_mac=02:64:64:70:00:01  # locally administered: ours, fixed (realnode.sh make_bridge)
-subnet=198.18.0.0/24
-gateway=198.18.0.1
+# shellcheck source=hack/cluster/versions.env
+source "$here/versions.env"
+# The real nodes: `index` (realnode.sh's NODE argument, 0 by default) picks one. real-node-0 lives
+# in the host's network namespace and owns what is host-wide (CoreDNS and the API forwarder on
+# 198.18.0.1, the fence); real-node-1 in a network namespace of its own, pinned at
+# .cluster/realnode-1/netns and joined to the host by a veth pair (ddp-h1 198.19.255.1 on the
+# host, ddp-n1 198.19.255.2 in it): traffic between the nodes' pods leaves one namespace and
+# enters the other as between machines. It reaches the API and CoreDNS at 198.18.0.1 over that
+# link, so it comes up after real-node-0 and goes down before it.
+
+# node_settings NODE: the settings of real-node-NODE (0 or 1).
+node_settings() {
+  index=$1
+  [[ "$index" =~ ^[01]$ ]] || { echo "realnode: NODE is 0 or 1, not $index" >&2; exit 2; }
+  node=real-node-$index
+  # containerd's root (its images: content and unpacked snapshots) outlives the node, in the
+  # cache: a later node finds the trainer image there instead of importing it again (~2.5 min).
+  # containerd locks its root: one per node (real-node-1's is a clone of real-node-0's,
+  # realnode/second.sh).
+  images_root="$cache/containerd-root-$CONTAINERD_VERSION"
+  if ((index == 0)); then
+    rn="$state/realnode"
+    bridge=ddp0
+    bridge_mac=02:64:64:70:00:01  # locally administered: ours, fixed (realnode.sh make_bridge)
+    subnet=198.18.0.0/24
+    gateway=198.18.0.1
+    network=ddp
+    kubelet_address=127.0.0.1
+    cgroup_root=""
+    node_kubeconfig="$kubeconfig"
+    ns=()
+  else
+    rn="$state/realnode-$index"
+    bridge=ddp$index
+    bridge_mac=02:64:64:70:00:0$((index + 1))
+    subnet=198.18.$index.0/24
+    gateway=198.18.$index.1
+    network=ddp$index
+    kubelet_address=198.19.255.$((4 * index - 2))
+    host_address=198.19.255.$((4 * index - 3))
+    cgroup_root="/ddp-real-node-$index"
+    node_kubeconfig="$rn/kubeconfig"
+    images_root+="-$index"
+    ns=(nsenter "--net=$rn/netns")
+  fi
+  sock="$rn/containerd/containerd.sock"
+}
+node_settings "${index:-0}"
+# The host's end of every node: CoreDNS and the API forwarder listen there (real-node-0's bridge).
+cluster_dns=198.18.0.1
+pod_net=198.18.0.0/15
 service_cidr=10.0.0.0/24
 cluster_domain=cluster.local
 # The cluster's ports are port0..port0+5 (cluster.sh, same formula: port0 is the API server's);
 # the kubelet takes the next two, kube-proxy the two after.
 port0=$((20000 + 0x$(printf '%s' "$root" | sha256sum | cut -c9-16) % 1000 * 10))
-sock="$rn/containerd/containerd.sock"
-# shellcheck source=hack/cluster/versions.env
-source "$here/versions.env"
-# containerd's root (its images: content and unpacked snapshots) outlives the node, in the cache:
-# a later node finds the trainer image there instead of importing it again (~2.5 min). One real
-# node per machine: containerd locks this root.
-images_root="$cache/containerd-root-$CONTAINERD_VERSION"
 # The examples' trainer image (examples/*.yaml): realnode.sh trainer tags its build so.
 examples_trainer=docker.io/ddp-operator/trainer:cpu
 # What kubelet and kube-proxy change of the host's kernel settings; down restores them.
 sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
-  net.bridge.bridge-nf-call-iptables net.netfilter.nf_conntrack_max)
+  net.bridge.bridge-nf-call-iptables net.netfilter.nf_conntrack_max net.ipv4.ip_forward)
 
 # shellcheck source=hack/cluster/fds.sh
 source "$here/fds.sh"
@@ -61,7 +99,9 @@ render() {
     -e "s|@IMAGES_ROOT@|$images_root|g; s|@PAUSE_REF@|$pause_ref|g; s|@NODE@|$node|g" \
     -e "s|@BRIDGE@|$bridge|g; s|@SUBNET@|$subnet|g; s|@GATEWAY@|$gateway|g" \
     -e "s|@SERVICE_CIDR@|$service_cidr|g; s|@CLUSTER_DOMAIN@|$cluster_domain|g" \
-    -e "s|@KUBECONFIG@|$kubeconfig|g; s|@KUBELET_PORT@|$((port0 + 6))|g" \
+    -e "s|@KUBECONFIG@|$node_kubeconfig|g; s|@KUBELET_PORT@|$((port0 + 6))|g" \
+    -e "s|@NETWORK@|$network|g; s|@KUBELET_ADDRESS@|$kubelet_address|g" \
+    -e "s|@CLUSTER_DNS@|$cluster_dns|g; s|@CGROUP_ROOT@|${cgroup_root:-/}|g" \
     -e "s|@HEALTHZ_PORT@|$((port0 + 7))|g; s|@PROXY_HEALTHZ_PORT@|$((port0 + 8))|g" \
     -e "s|@PROXY_METRICS_PORT@|$((port0 + 9))|g" "$here/realnode/$1" >"$new"
   if grep -q '@[A-Z_]*@' "$new"; then die "$2: a setting of $1 is not rendered: $new"; fi
@@ -74,10 +114,18 @@ render() {
 # (.cluster/realnode.lock): one command that changes the node at a time. Two ups at once (two
 # test sessions, a second `make cluster-up`) once raced on the same files (CI: "mv: cannot stat
 # kube-proxy.yaml.new"). The daemons it starts do not hold it (close_inherited_fds).
+# real-node-1's commands hold its own lock (.cluster/realnode-1.lock) after real-node-0's, which
+# also covers what is host-wide and the images of every node.
 hold_lock() {
   mkdir -p "$state"
-  exec {lock_fd}>>"$state/realnode.lock"
-  flock "$lock_fd" || die "cannot lock $state/realnode.lock"
+  local lock locks=()
+  # A down of real-node-1 that real-node-0's down runs holds the first already.
+  [[ -n "${DDP_REALNODE_LOCKED:-}" ]] || locks+=(realnode)
+  if [[ -n "${1:-}" ]]; then locks+=("realnode-$1"); fi
+  for lock in "${locks[@]}"; do
+    exec {lock_fd}>>"$state/$lock.lock"
+    flock "$lock_fd" || die "cannot lock $state/$lock.lock"
+  done
 }
 
 # daemon NAME CMD...: starts CMD in a session of its own, its output in NAME.log, its pid in
@@ -89,7 +137,7 @@ daemon() {
   pid_of "$name" >/dev/null && return 0
   cmd="$(command -v "$1")" || die "$1 is missing (hack/prereqs.sh cluster names what to install)"
   shift
-  (close_inherited_fds && exec setsid env PATH="$node_path" "$cmd" "$@") \
+  (close_inherited_fds && exec setsid "${ns[@]}" env PATH="$node_path" "$cmd" "$@") \
     >>"$rn/$name.log" 2>&1 </dev/null &
   echo $! >"$rn/$name.pid"
   started+=("$name")
@@ -124,7 +172,12 @@ kube_chains() {
 # exist: theirs; false if none runs or there are no such chains.
 kube_chain_keepers() {
   [[ -n "$(kube_chains)" ]] || return 1
-  local found
-  found="$(pgrep -a -x kube-proxy; pgrep -a -x kubelet)"
-  [[ -n "$found" ]] && echo "$found"
+  # Those of the host's network namespace only: real-node-1's keep chains of its own namespace.
+  local here_net line found=""
+  here_net="$(readlink /proc/self/ns/net)"
+  while read -r line; do
+    [[ -n "$line" && "$(readlink "/proc/${line%% *}/ns/net" 2>/dev/null)" == "$here_net" ]] &&
+      found+="$line"$'\n'
+  done < <(pgrep -a -x kube-proxy; pgrep -a -x kubelet)
+  [[ -n "$found" ]] && printf '%s' "$found"
 }

@@ -86,7 +86,7 @@ def contract(job: JobSpec, index: int, attempt: int = 0) -> list[tuple[str, str]
         ("PET_MASTER_PORT", str(job.master_port)),
     ]
     if job.elastic:
-        conf = [f"{k}={v}" for k, v in job.rdzv_conf]
+        conf = [f"{k}={v}" for k, v in (*rdzv_defaults(job), *job.rdzv_conf)]
         env += [
             ("PET_RDZV_BACKEND", "c10d"),
             ("PET_RDZV_ENDPOINT", f"{master}:{job.master_port}"),
@@ -242,3 +242,21 @@ def configmaps(job: JobSpec, attempt: int, hosts: str) -> dict[str, dict[str, st
         name(job): data(job),
         job_configmap.name(job.name): job_configmap.data(job.nodes, hosts, attempt),
     }
+
+
+# An elastic job's agents heartbeat once a second while it has at most this many nodes.
+FAST_HEARTBEAT_MAX_NODES = 64
+
+
+def rdzv_defaults(job: JobSpec) -> tuple[tuple[str, str], ...]:
+    """Our rendezvous options for an elastic job, those ``spec.rdzvConf`` does not set.
+
+    A lost agent stays a participant of the last round until its heartbeats are missed
+    (``keep_alive_interval`` x ``keep_alive_max_attempt``, torch's 5 s x 3), and no new round
+    forms meanwhile: a replacement that arrived at once still waited 10-15 s (S7's slow
+    rounds). A heartbeat a second drops it within 3 s. Each heartbeat writes the rendezvous
+    state, which grows with the nodes: above FAST_HEARTBEAT_MAX_NODES torch's default stays."""
+    if job.node_bounds[1] > FAST_HEARTBEAT_MAX_NODES:
+        return ()
+    given = {k for k, _ in job.rdzv_conf}
+    return tuple((k, v) for k, v in (("keep_alive_interval", "1"),) if k not in given)
