@@ -1,6 +1,7 @@
 """make test's closing report: the slowest tests, where the time went, the run against its budget.
 
-Usage: test_report.py [--cpu=SECONDS,CORES] [--torch-import=SECONDS] REPORT_DIR TOTAL_SECONDS
+Usage: test_report.py [--cpu=SECONDS,CORES] [--torch-import=SECONDS] [--second-node=D,P]
+REPORT_DIR TOTAL_SECONDS
 STEP=SECONDS...  (hack/test.sh). Reads the JUnit XML files pytest wrote into REPORT_DIR, one per
 session. Prints the 25 slowest tests of all sessions, the 15 test files that took longest (their
 tests' seconds summed, setup included), the seconds of each step, the whole run against the
@@ -9,7 +10,8 @@ run used (``--cpu``: busy CPU-seconds of the machine, and its cores), the least 
 needs on those cores against the same budget, and the same work in units of
 ``import torch`` as the machine does it after the run (``--torch-import``, CPU-seconds): how fast
 the same work runs here varies by a third from run to run, and torch's start-up is most of the
-suite's work (that import itself still varies too much to compare runs by: tests page).
+suite's work (that import itself still varies too much to compare runs by: tests page); with
+``--second-node``, what real-node-1 cost: its daemons' CPU-seconds and its pods'.
 Then, last so that the tail of a CI log shows them (CI shows only a tail), the tests that failed,
 each with why (the first line and the last lines of what it raised, once for the tests that
 share it, such as a module's fixture), and a closing line ``N passed, N failed``. Exits 1 when no
@@ -145,6 +147,12 @@ def main(argv: list[str]) -> int:
         f"of {minutes(budget)}"
     )
     cpu = cpu_lines(flags.get("cpu"), flags.get("torch-import"), total, budget)
+    if cpu and flags.get("second-node"):
+        daemons, pods = (int(x) for x in flags["second-node"].split(","))
+        cpu.append(
+            f"of which real-node-1: {daemons:,} CPU-seconds its daemons (the second node's own "
+            f"cost), {pods:,} its pods' (tests' work placed there)"
+        )
     if cpu:
         print("\n== make test: the CPU ==")
         for line in cpu:

@@ -83,6 +83,11 @@ def test_the_cpu_of_the_run_in_seconds_and_in_imports_of_torch(tmp_path: Path) -
     assert "20m00s at the least for that work on 2 cores, each busy throughout: OVER" in over
     without = report(tmp_path, 1000, "lint=20").stdout
     assert "== make test: the CPU ==" not in without
+    second = report(tmp_path, 1000, "--cpu=1500,2", "--second-node=31,240", "lint=20").stdout
+    assert (
+        "of which real-node-1: 31 CPU-seconds its daemons (the second node's own cost), 240 its "
+        "pods' (tests' work placed there)"
+    ) in second, second
 
 
 FAILING = """

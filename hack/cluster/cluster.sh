@@ -192,7 +192,9 @@ down() {
     done
   fi
   # The real node first, while the API server can still take its pods and Node away.
-  if [[ -d "$state/realnode" ]]; then "$here/realnode.sh" down || log "realnode.sh down failed"; fi
+  if [[ -d "$state/realnode" || -d "$state/realnode-1" ]]; then
+    "$here/realnode.sh" down || log "realnode.sh down failed"
+  fi
   if [[ -f "$state/kueue/kueue.pid" ]]; then "$here/kueue.sh" down || log "kueue.sh down failed"; fi
   if [[ -f "$state/coscheduling/scheduler.pid" ]]; then
     "$here/coscheduling.sh" down || log "coscheduling.sh down failed"

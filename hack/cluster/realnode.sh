@@ -199,10 +199,13 @@ up() {
   trap stop_started EXIT
   if ((index == 0)); then
     record_host
-    # real-node-1's images: a clone of these, made while no containerd runs.
+    # real-node-1's images: a clone of these, made while no containerd runs and this node's
+    # holds no container (its state directory is gone with every down; after a crash it is
+    # not, and a clone would give real-node-1 this node's sandboxes to tear down).
     local other
     other="$(cat "$state/realnode-1/containerd.pid" 2>/dev/null || echo 0)"
-    if ((${DDP_REAL_NODES:-2} > 1)) && ! pid_of containerd >/dev/null && ! alive "$other"; then
+    if ((${DDP_REAL_NODES:-2} > 1)) && ! pid_of containerd >/dev/null && ! alive "$other" &&
+      [[ ! -e "$rn/containerd/state" ]]; then
       clone_images "$images_root-1"
     fi
     fence_up

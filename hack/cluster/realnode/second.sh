@@ -11,7 +11,8 @@
 # source address. A rule drops the first, a blackhole route (less specific than every node's) the
 # second. The rule is in the mangle table's FORWARD, which comes after Services' addresses are
 # translated (so they still work) and before the filter table, where kube-proxy's and netpol's
-# rules accept what they allow.
+# rules accept what they allow. (So a Service without endpoints, which kube-proxy rejects there,
+# times out instead for real-node-0's pods.)
 fence_up() {
   iptables -w -t mangle -N DDP-FENCE 2>/dev/null || true
   iptables -w -t mangle -F DDP-FENCE
@@ -37,6 +38,12 @@ node_net_up() {
     unshare "--net=$pin" true
   fi
   local host_if=ddp-h$index node_if=ddp-n$index
+  # A pair whose node end never reached the namespace (an up stopped between the two) is made
+  # again.
+  if ip link show "$host_if" >/dev/null 2>&1 &&
+    ! "${ns[@]}" ip link show "$node_if" >/dev/null 2>&1; then
+    ip link del "$host_if"
+  fi
   if ! ip link show "$host_if" >/dev/null 2>&1; then
     ip link add "$host_if" type veth peer name "$node_if"
     ip link set "$node_if" netns "$pin"
