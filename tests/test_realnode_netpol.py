@@ -43,6 +43,9 @@ for _ in range(3):
         print("BLOCKED", type(exc).__name__)
 """
 PORT = 29500
+# What the probe says when the engine drops its packets (a port that does not listen would say
+# ConnectionRefusedError instead).
+DROPPED = "BLOCKED TimeoutError"
 
 
 def _job(name: str, ns: str, image: str, **spec) -> dict:
@@ -52,9 +55,18 @@ def _job(name: str, ns: str, image: str, **spec) -> dict:
 
 
 def _master_ip(cluster: Cluster, ns: str, job: str) -> str:
-    """Worker 0's pod IP once its master port listens (worker 0 is Running)."""
+    """Worker 0's pod IP once its master port listens: probed from inside worker 0 itself
+    (loopback, which no policy filters), so that a refusal seen later is the engine's drop,
+    never a port that does not listen yet."""
     jobs.wait_running(cluster, ns, job, 2, timeout=180)
-    return cluster.core.read_namespaced_pod(f"{job}-worker-0", ns).status.pod_ip
+    pod = f"{job}-worker-0"
+    wait_for(
+        lambda: _exec_probe(cluster, ns, pod, "127.0.0.1") == "CONNECTED",
+        timeout=120,
+        interval=1,
+        what=f"{pod} listening on its master port",
+    )
+    return cluster.core.read_namespaced_pod(pod, ns).status.pod_ip
 
 
 def _probe(cluster: Cluster, ns: str, name: str, image: str, ip: str) -> str:
@@ -107,9 +119,9 @@ def test_only_the_jobs_own_pods_reach_its_master_port(
     ip = _master_ip(cluster, namespace, "iso")
     open_ip = _master_ip(cluster, namespace, "open")
     # A pod of another job (a worker of "open"), a plain pod here, one elsewhere: refused.
-    assert _exec_probe(cluster, namespace, "open-worker-1", ip).startswith("BLOCKED")
+    assert _exec_probe(cluster, namespace, "open-worker-1", ip) == DROPPED
     plain, stranger = _probes(cluster, py, (namespace, "plain", ip), (elsewhere, "stranger", ip))
-    assert plain.startswith("BLOCKED") and stranger.startswith("BLOCKED"), (plain, stranger)
+    assert plain == stranger == DROPPED, (plain, stranger)
     # The job's own worker 1 connects (a new connection besides its training ones).
     assert _exec_probe(cluster, namespace, "iso-worker-1", ip) == "CONNECTED"
     # The job without isolation takes the plain pod (so the refusals above can fail).
@@ -119,7 +131,7 @@ def test_only_the_jobs_own_pods_reach_its_master_port(
     # (fail closed); the training's connections go on; back once it runs again.
     realnode("netpol", "stop")
     try:
-        assert _exec_probe(cluster, namespace, "iso-worker-1", ip).startswith("BLOCKED")
+        assert _exec_probe(cluster, namespace, "iso-worker-1", ip) == DROPPED
         assert _probe(cluster, namespace, "plain-open-2", py, open_ip) == "CONNECTED"
     finally:
         realnode("netpol", "start")

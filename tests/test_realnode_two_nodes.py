@@ -18,7 +18,15 @@ import pytest
 import yaml
 from test_realnode_inplace import ATTEMPT, SCRIPT
 from test_realnode_jobs import assert_all_ranks
-from test_realnode_netpol import PORT, PROBE, _exec_probe, _finish, elsewhere  # noqa: F401
+from test_realnode_netpol import (  # noqa: F401
+    DROPPED,
+    PORT,
+    PROBE,
+    _exec_probe,
+    _finish,
+    _master_ip,
+    elsewhere,
+)
 from test_realnode_netpol import _job as netpol_job
 
 from harness import jobs
@@ -145,11 +153,10 @@ def test_across_nodes_only_the_jobs_own_pods_reach_its_master_port(
     0's master port (both nodes' engines decide for their own pods); the job's worker on that
     node connects; the job (plain ``env://``, one process a worker) succeeds."""
     jobs.apply(cluster, across(netpol_job("iso", namespace, images["trainer"])))
-    jobs.wait_running(cluster, namespace, "iso", 2, timeout=180)
+    ip = _master_ip(cluster, namespace, "iso")
     worker0 = cluster.core.read_namespaced_pod("iso-worker-0", namespace)
     other = next(n for n in (NODE, NODE_1) if n != worker0.spec.node_name)
     assert cluster.core.read_namespaced_pod("iso-worker-1", namespace).spec.node_name == other
-    ip = worker0.status.pod_ip
     stranger = pod_on_real_node(
         "stranger", images["python"], ["python3", "-c", PROBE, ip, str(PORT)], nodeName=other
     )
@@ -157,7 +164,7 @@ def test_across_nodes_only_the_jobs_own_pods_reach_its_master_port(
     cluster.core.create_namespaced_pod(elsewhere, stranger)
     wait_pod_done(cluster, elsewhere, "stranger")
     said = cluster.core.read_namespaced_pod_log("stranger", elsewhere).strip().splitlines()
-    assert said[-1].startswith("BLOCKED"), said
+    assert said[-1] == DROPPED, said
     assert _exec_probe(cluster, namespace, "iso-worker-1", ip) == "CONNECTED"
     _finish(cluster, namespace, "iso")
     done = jobs.wait_phase(cluster, namespace, "iso", "Succeeded", timeout=120)
