@@ -50,8 +50,9 @@ ECC = (Path(__file__).parent / "data" / "hardware" / "cuda-ecc.log").read_text()
 def across(job: dict[str, Any]) -> dict[str, Any]:
     """``job`` with its workers spread over the real nodes, one on each: a topology spread
     constraint (maxSkew 1, DoNotSchedule) on the hostname among the real nodes. The nodes a pod's
-    node affinity rules out (a node kept out) are no domain of it: a worker moved off a blamed
-    node may join the other."""
+    node affinity rules out (a node kept out), or a taint it does not tolerate (a lost node's
+    unreachable:NoSchedule), are no domain of it: a worker moved off a blamed or lost node may
+    join the other."""
     name = job["metadata"]["name"]
     spec = job["spec"]["template"].setdefault("spec", {})
     spec |= copy.deepcopy(ON_REAL_NODES)
@@ -60,6 +61,7 @@ def across(job: dict[str, Any]) -> dict[str, Any]:
             "maxSkew": 1,
             "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": "Honor",
             "labelSelector": {"matchLabels": {"ddp-operator.io/job-name": name}},
         }
     ]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The real nodes beside the kwok nodes of the local cluster (hack/cluster/cluster.sh): `realnode.sh
-# up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol
-# stop|start [NODE]`. NODE 0 (the default) is real-node-0, described below; 1 is real-node-1, the
-# same in a network namespace of its own (realnode/lib.sh, realnode/second.sh): it needs
-# real-node-0 up, and real-node-0's down takes it down first. Images go into every running node.
+# up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol|kubelet
+# stop|start [NODE]|link cut|heal NODE`. NODE 0 (the default) is real-node-0, described below;
+# 1 is real-node-1, the same in a network namespace of its own (realnode/lib.sh,
+# realnode/second.sh): it needs real-node-0 up, and real-node-0's down takes it down first. Images
+# go into every running node.
 # up:     builds (or reuses) kubelet, kube-proxy, containerd, ctr, the CNI plugins, CoreDNS and
 #         netpol (build.sh real-node) and the pause image, then starts containerd and a kubelet that
 #         registers node real-node-0 (label ddp-operator.io/node=real; no taint: the fake nodes
@@ -39,6 +40,11 @@
 # load ARCHIVE IMAGE NAME: an image archive image.sh built, imported, and named NAME as well
 #         (hack/release.sh's stand-in for a registry).
 # status: says what runs.
+# kubelet stop|start [NODE]: a node whose kubelet is gone while its containers run on (a lost node
+#         as the control plane sees it: no heartbeat); start brings it back (`up`).
+# link cut|heal [NODE]: real-node-1's link to the host down (a partition: no heartbeat, no pod
+#         traffic either way, its containers running on) and up again. The faults of the tests
+#         of a lost node (tests/test_realnode_lost_node.py).
 # The configuration files are the templates in realnode/. tests/test_realnode*.py run pods and
 # DDP jobs on the node and check that down leaves nothing. Needs root, socat and iptables, for
 # the images debootstrap and buildah (hack/prereqs.sh cluster checks them all); its runc is its
@@ -46,7 +52,7 @@
 set -euo pipefail
 case "${1:-}" in
   up | down | status) index="${2:-0}" ;;
-  netpol) index="${3:-0}" ;;
+  netpol | kubelet | link) index="${3:-0}" ;;
 esac
 # shellcheck source=hack/cluster/realnode/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/realnode/lib.sh"
@@ -259,7 +265,7 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | netpol) hold_lock "${index#0}" ;;
+  up | down | netpol | kubelet | link) hold_lock "${index#0}" ;;
   # Images go into every node that runs.
   image | trainer | operator | foreign | load) hold_lock 1 ;;
 esac
@@ -286,8 +292,24 @@ case "${1:-}" in
       *) echo "usage: $0 netpol stop|start [NODE]" >&2; exit 2 ;;
     esac
     ;;
+  kubelet)
+    tools
+    case "${2:-}" in
+      stop) stop kubelet ;;
+      start) up ;;
+      *) echo "usage: $0 kubelet stop|start [NODE]" >&2; exit 2 ;;
+    esac
+    ;;
+  link)
+    ((index > 0)) || die "real-node-0 has no link of its own (it is the host)"
+    case "${2:-}" in
+      cut) link_cut ;;
+      heal) node_net_up ;;
+      *) echo "usage: $0 link cut|heal NODE" >&2; exit 2 ;;
+    esac
+    ;;
   *)
-    echo "usage: $0 up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol stop|start [NODE]" >&2
+    echo "usage: $0 up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol|kubelet stop|start [NODE]|link cut|heal NODE" >&2
     exit 2
     ;;
 esac

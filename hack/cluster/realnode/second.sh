@@ -72,6 +72,13 @@ node_net_up() {
   if cmp -s "$new" "$node_kubeconfig"; then rm -f "$new"; else mv -f "$new" "$node_kubeconfig"; fi
 }
 
+# link_cut: the node cut off: the host's end of its link down, which takes the host's route to
+# its pods with it (their packets then fall into the fence's blackhole). Nothing passes either
+# way; the node's daemons and containers run on. node_net_up heals it.
+link_cut() {
+  ip link set "ddp-h$index" down
+}
+
 # The node's cgroup root in every hierarchy (the kubelet refuses one that does not exist);
 # cpuset's needs its parent's CPUs and memory nodes before a task can join it.
 cgroup_root_up() {
