@@ -54,11 +54,11 @@ def _job(name: str, ns: str, image: str, **spec) -> dict:
     return job
 
 
-def _master_ip(cluster: Cluster, ns: str, job: str) -> str:
-    """Worker 0's pod IP once its master port listens: probed from inside worker 0 itself
-    (loopback, which no policy filters), so that a refusal seen later is the engine's drop,
-    never a port that does not listen yet."""
-    jobs.wait_running(cluster, ns, job, 2, timeout=180)
+def _master_ip(cluster: Cluster, ns: str, job: str, attempt: int = 0) -> str:
+    """Worker 0's pod IP (both workers Running, created in ``attempt``) once its master port
+    listens: probed from inside worker 0 itself (loopback, which no policy filters), so that a
+    refusal seen later is the engine's drop, never a port that does not listen yet."""
+    jobs.wait_running(cluster, ns, job, 2, attempt=attempt, timeout=180)
     pod = f"{job}-worker-0"
     wait_for(
         lambda: _exec_probe(cluster, ns, pod, "127.0.0.1") == "CONNECTED",

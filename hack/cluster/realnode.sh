@@ -42,7 +42,7 @@
 # status: says what runs.
 # kubelet stop|start [NODE]: a node whose kubelet is gone while its containers run on (a lost node
 #         as the control plane sees it: no heartbeat); start brings it back (`up`).
-# link cut|heal [NODE]: real-node-1's link to the host down (a partition: no heartbeat, no pod
+# link cut|heal NODE: real-node-1's link to the host down (a partition: no heartbeat, no pod
 #         traffic either way, its containers running on) and up again. The faults of the tests
 #         of a lost node (tests/test_realnode_lost_node.py).
 # The configuration files are the templates in realnode/. tests/test_realnode*.py run pods and
@@ -302,6 +302,7 @@ case "${1:-}" in
     ;;
   link)
     ((index > 0)) || die "real-node-0 has no link of its own (it is the host)"
+    [[ -e "$rn/netns" ]] || die "$node is not up"
     case "${2:-}" in
       cut) link_cut ;;
       heal) node_net_up ;;

@@ -5,6 +5,7 @@ latest when its ``with`` block ends, and the node Ready again before anything go
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Literal
 
 from .cluster import Cluster, wait_for
 from .realnode import NODE_1, realnode
@@ -19,7 +20,7 @@ FAULTS = {
 class NodeFault:
     """real-node-1 lost as ``how`` says ("kubelet": its kubelet stopped; "link": cut off)."""
 
-    def __init__(self, cluster: Cluster, how: str) -> None:
+    def __init__(self, cluster: Cluster, how: Literal["kubelet", "link"]) -> None:
         self.cluster, self.how = cluster, how
         self.done = False
 
@@ -28,16 +29,19 @@ class NodeFault:
         return self
 
     def restore(self) -> None:
-        """The node back (at most once) and Ready."""
+        """The node back (once) and Ready, with none of the taints of a lost node left (a pod
+        placed meanwhile would avoid it)."""
         if self.done:
             return
-        self.done = True
         realnode(*FAULTS[self.how][1], "1")
-        wait_for(self._ready, timeout=180, interval=1, what=f"{NODE_1} Ready again")
+        wait_for(self._back, timeout=180, interval=1, what=f"{NODE_1} Ready and untainted")
+        self.done = True
 
-    def _ready(self) -> bool:
+    def _back(self) -> bool:
         node = self.cluster.core.read_node(NODE_1)
-        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ())
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ())
+        lost = [t for t in node.spec.taints or () if t.key.startswith("node.kubernetes.io/")]
+        return ready and not lost
 
     def __exit__(
         self,
