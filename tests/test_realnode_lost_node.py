@@ -136,8 +136,7 @@ class Placed:
         nodes = sorted(p["spec"]["nodeName"] for p in running)
         assert nodes == [NODE, NODE_1], nodes
         pod = next(p for p in running if p["spec"]["nodeName"] == NODE_1)
-        self.job, self.pod = job, pod["metadata"]["name"]
-        self.uid = pod["metadata"]["uid"]
+        self.pod = pod["metadata"]["name"]
         trainer = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "trainer")
         self.container = trainer["containerID"].removeprefix("containerd://")
         self.out = out
