@@ -4,13 +4,15 @@
 # the time went against the budget (hack/test_report.py).
 # The suite runs in four pytest sessions on the one cluster, each test in namespaces of its own
 # and each session with an operator of its own (docs/development/tests.md):
-#   node:   the tests marked `node` (real containers on the real node), DDP_TEST_WORKERS of them
-#           at a time (default 3; pytest-xdist, one file to a worker): mostly waiting on pods;
+#   node:   the tests marked `node` (real containers on the real nodes), DDP_TEST_WORKERS of them
+#           at a time (default 3; pytest-xdist, one file to a worker, the longest of the last
+#           complete run first, and the files that take real-node-1 for themselves in one worker:
+#           tests/harness/schedule.py): mostly waiting on pods;
 #   api:    meanwhile the API server's other tests, one at a time (kwok's fake nodes; some
 #           delete, silence or fill the shared fake nodes);
-#   alone:  then the `serial` tests (they stop the control plane, restart the real node's
+#   alone:  then the `serial` tests (they stop the control plane, restart real-node-0's
 #           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
-#           and the `last` one (it takes the real node down), with no other cluster test;
+#           and the `last` one (it takes the real nodes down), with no other cluster test;
 #   host:   the tests that need no cluster, one at a time (the pure ones, `kubectl ddp local`'s
 #           with torch on the host, the docs' build): beside alone, whose tests mostly wait, or,
 #           where the cluster's build still runs a minute after lint, beside it (node and api
@@ -27,6 +29,11 @@ if [[ ! "$workers" =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 report=.cluster/test-report
+# Each test file's seconds in the last complete run (the report writes them; a run given
+# PYTEST_ARGS ran only some), read by the node session's order.
+export DDP_TEST_DURATIONS="${DDP_CACHE_DIR:-$HOME/.cache/ddp-operator}/test-durations.json"
+durations=()
+[[ -n "${PYTEST_ARGS:-}" ]] || durations=("--durations-out=$DDP_TEST_DURATIONS")
 rm -rf "$report" && mkdir -p "$report"
 start=$SECONDS
 step_start=$SECONDS
@@ -121,7 +128,7 @@ if [[ -n "$host" ]]; then
   took "tests needing no cluster (the rest of them)"
 fi
 if [[ "$workers" -gt 0 ]]; then
-  session node --quiet -n "$workers" --dist loadfile \
+  session node --quiet -n "$workers" --dist loadfile --no-loadscope-reorder \
     -m "node and not serial and not last and not docker and not gpu" &
   node=$!
   session api -m "cluster and not node and not serial and not last and not docker and not gpu" ||
@@ -162,7 +169,7 @@ if [[ -f .cluster/real-node-1.cpu ]] &&
   second=("--second-node=$(<.cluster/real-node-1.cpu)")
 fi
 if ! "$bin/python" hack/test_report.py --cpu="$cpu" --torch-import="$torch_import" "${second[@]}" \
-  "$report" "$((SECONDS - start))" "${steps[@]}"; then
+  "${durations[@]}" "$report" "$((SECONDS - start))" "${steps[@]}"; then
   [[ $rc -ne 0 ]] || rc=1
 fi
 exit "$rc"

@@ -1,7 +1,7 @@
 """make test's closing report: the slowest tests, where the time went, the run against its budget.
 
 Usage: test_report.py [--cpu=SECONDS,CORES] [--torch-import=SECONDS] [--second-node=D,P]
-REPORT_DIR TOTAL_SECONDS
+[--durations-out=FILE] REPORT_DIR TOTAL_SECONDS
 STEP=SECONDS...  (hack/test.sh). Reads the JUnit XML files pytest wrote into REPORT_DIR, one per
 session. Prints the 25 slowest tests of all sessions, the 15 test files that took longest (their
 tests' seconds summed, setup included), the seconds of each step, the whole run against the
@@ -11,7 +11,9 @@ needs on those cores against the same budget, and the same work in units of
 ``import torch`` as the machine does it after the run (``--torch-import``, CPU-seconds): how fast
 the same work runs here varies by a third from run to run, and torch's start-up is most of the
 suite's work (that import itself still varies too much to compare runs by: tests page); with
-``--second-node``, what real-node-1 cost: its daemons' CPU-seconds and its pods'.
+``--second-node``, what real-node-1 cost: its daemons' CPU-seconds and its pods'. With
+``--durations-out``, it writes each test file's seconds there as JSON, by which the next run's node
+session hands out its longest files first (tests/harness/schedule.py).
 Then, last so that the tail of a CI log shows them (CI shows only a tail), the tests that failed,
 each with why (the first line and the last lines of what it raised, once for the tests that
 share it, such as a module's fixture), and a closing line ``N passed, N failed``. Exits 1 when no
@@ -20,6 +22,7 @@ test ran at all.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -92,6 +95,16 @@ def failures(found: list[tuple[str, float, str, str]], logs: Path) -> list[str]:
     if len(groups) > WHY_SHOWN:
         lines.append(f"  (why the others failed: {logs}/*.log)")
     return lines
+
+
+def durations(found: list[tuple[str, float, str, str]]) -> dict[str, float]:
+    """Seconds by test file (its name without ``.py``), setup included."""
+    by_file: dict[str, float] = {}
+    for name, seconds, *_ in found:
+        module = name.split("::")[0]
+        stem = next((p for p in module.split(".") if p.startswith("test_")), module)
+        by_file[stem] = round(by_file.get(stem, 0.0) + seconds, 1)
+    return by_file
 
 
 def minutes(seconds: float) -> str:
@@ -170,6 +183,10 @@ def main(argv: list[str]) -> int:
     if not found or counts["passed"] == 0:
         print("make test: no test ran", file=sys.stderr)
         return 1
+    if flags.get("durations-out"):
+        out = Path(flags["durations-out"])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(durations(found), indent=0, sort_keys=True) + "\n")
     return 0
 
 

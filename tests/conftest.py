@@ -16,13 +16,14 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes import config as k8s_config
 
-from harness import nodes, pods, realnode
+from harness import nodes, pods, realnode, schedule
 from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, exclusively, wait_for
 from harness.operator import OperatorProcess
 from harness.reporting import Reporting, reporting_in
@@ -66,14 +67,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             given = float(own.args[0]) if own and own.args else 0.0
             item.add_marker(pytest.mark.timeout(max(given, LATE_TIMEOUT)), append=False)
 
+    # In an xdist worker (make test's node session), the order of harness/schedule.py: its
+    # scheduler (below) hands out the groups as they first come.
+    placed: dict[int, tuple[float, int, int]] = {}
+    if hasattr(config, "workerinput"):
+        placed = schedule.keys(items, schedule.group_seconds(schedule.last_durations()))
+
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
     items.sort(
         key=lambda item: (
             item.get_closest_marker("early") is None,
             item.get_closest_marker("last") is not None,
             late(item),
+            placed.get(id(item), (0.0, 0, 0)),
         )
     )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with harness/schedule.py's groups for files."""
+    return schedule.scheduler(config, log)
 
 
 @pytest.hookimpl(wrapper=True)

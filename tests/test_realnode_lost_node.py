@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,11 @@ from test_realnode_two_nodes import across, nodes_of
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.node_faults import NodeFault
+from harness.node_faults import NodeFault, kept, tolerating
 from harness.realnode import NODE, NODE_1, ctr, trainer_job
 from harness.reporting import Reporting
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.serial, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
 
 PORT = 29500
 ZOMBIE_CHECKPOINT = "/ckpt/zombie"
@@ -106,7 +107,8 @@ ZOMBIE_REPORT = re.compile(r"^ZOMBIE report (\S+)$", re.M)
 
 
 def lost_node_job(name: str, ns: str, image: str, out: Path, **spec: Any) -> dict[str, Any]:
-    """A 2-worker job of SCRIPT, one worker on each real node (``across``); /out is ``out``."""
+    """A 2-worker job of SCRIPT, one worker on each real node (``across``), real-node-1 kept for
+    it (``tolerating``); /out is ``out``."""
     job = trainer_job(name, ns, image, [], procsPerNode=1, masterPort=PORT, backoffLimit=6, **spec)
     pod = job["spec"]["template"]["spec"]
     trainer = pod["containers"][0]
@@ -117,7 +119,14 @@ def lost_node_job(name: str, ns: str, image: str, out: Path, **spec: Any) -> dic
     ]
     trainer["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
     pod["volumes"] = [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]
-    return across(job)
+    return tolerating(across(job))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def node_1_kept(cluster: Cluster) -> Iterator[None]:
+    """real-node-1 for this module's jobs alone while its tests run."""
+    with kept(cluster):
+        yield
 
 
 def out_dir(tmp_path: Path) -> Path:

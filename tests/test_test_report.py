@@ -4,6 +4,7 @@ when no test ran."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,18 @@ def test_each_failure_says_why_once_for_the_tests_that_share_it(tmp_path: Path) 
     assert " ... " in long and len(long) == 6 + 160, long
     assert not any(line.strip().startswith(("assert ", "+ ", "[+")) for line in failed), failed
     assert failed[-1] == "0 passed, 3 failed, 0 skipped", failed
+
+
+def test_each_file_s_seconds_are_written_for_the_next_run_s_order(tmp_path: Path) -> None:
+    """``--durations-out``: seconds by file name, what tests/harness/schedule.py reads."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    junit(runs / "node.xml", [("test_a", 3.0, "passed"), ("test_b", 0.5, "failed")])
+    out = tmp_path / "cache" / "durations.json"
+    done = subprocess.run(
+        [sys.executable, str(REPORT), f"--durations-out={out}", str(runs), "100", "lint=1"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == {"test_x": 3.5}

@@ -1,14 +1,88 @@
 """Faults of the second real node for the tests of a lost node (realnode.sh kubelet|link): its
 kubelet stopped or its link cut while its containers run on; undone once, by the test or at the
-latest when its ``with`` block ends, and the node Ready again before anything goes on."""
+latest when its ``with`` block ends, and the node Ready again before anything goes on.
+
+Those tests run beside the node session's others (make test), which may place pods on either real
+node: ``kept`` first keeps real-node-1 for them alone (a taint only their jobs tolerate, then no
+other pod left running there), so that losing it loses no other test's pod."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
+
+from kubernetes.client.exceptions import ApiException
 
 from .cluster import Cluster, wait_for
 from .realnode import NODE_1, realnode
+
+KEPT = {"key": "ddp-test/lost-node", "operator": "Exists", "effect": "NoSchedule"}
+KEPT_TAINT = {"key": KEPT["key"], "effect": KEPT["effect"]}
+
+
+def tolerating(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with its pods tolerating ``kept``'s taint."""
+    spec = job["spec"]["template"].setdefault("spec", {})
+    spec.setdefault("tolerations", []).append(copy.deepcopy(KEPT))
+    return job
+
+
+def _set_taint(cluster: Cluster, on: bool) -> None:
+    """KEPT_TAINT on real-node-1 or off, its other taints as they are: a patch that holds only on
+    the node as read (its resourceVersion), read again and retried when the node lifecycle
+    controller changed the taints meanwhile."""
+
+    def patched() -> bool:
+        node = cluster.core.read_node(NODE_1)
+        taints = [
+            {"key": t.key, "value": t.value, "effect": t.effect}
+            for t in node.spec.taints or ()
+            if t.key != KEPT_TAINT["key"]
+        ]
+        taints += [KEPT_TAINT] if on else []
+        body = {"metadata": {"resourceVersion": node.metadata.resource_version}}
+        try:
+            cluster.core.patch_node(NODE_1, body | {"spec": {"taints": taints}})
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    wait_for(patched, timeout=60, interval=0.2, what=f"{NODE_1}'s taint {'on' if on else 'off'}")
+
+
+def _others_on_node_1(cluster: Cluster) -> list[str]:
+    """Pods not done on real-node-1 that do not tolerate ``kept``'s taint."""
+    listed = cluster.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE_1}")
+    return [
+        f"{p.metadata.namespace}/{p.metadata.name}"
+        for p in listed.items
+        if p.status.phase not in ("Succeeded", "Failed")
+        and not any(t.key == KEPT["key"] for t in p.spec.tolerations or ())
+    ]
+
+
+@contextmanager
+def kept(cluster: Cluster) -> Iterator[None]:
+    """real-node-1 for the jobs that tolerate KEPT alone: tainted (no other pod is placed there),
+    then waited on until no other pod runs there (those placed before end with their tests),
+    untainted at the end."""
+    _set_taint(cluster, True)
+    try:
+        wait_for(
+            lambda: not _others_on_node_1(cluster),
+            timeout=600,
+            interval=2,
+            what=f"no pod of another test on {NODE_1}",
+        )
+        yield
+    finally:
+        _set_taint(cluster, False)
+
 
 # Each fault: what makes it, what undoes it (realnode.sh's words, for node 1).
 FAULTS = {
