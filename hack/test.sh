@@ -11,7 +11,7 @@
 #   api:    meanwhile the API server's other tests, one at a time (kwok's fake nodes; some
 #           delete, silence or fill the shared fake nodes);
 #   alone:  then the `serial` tests (they stop the control plane, restart real-node-0's
-#           containerd or kubelet, stop its NetworkPolicy engine, or time what load would slow)
+#           containerd, bring the cluster up again, swap the CRD, or time what load would slow)
 #           and the `last` one (it takes the real nodes down), with no other cluster test;
 #   host:   the tests that need no cluster, one at a time (the pure ones, `kubectl ddp local`'s
 #           with torch on the host, the docs' build): beside alone, whose tests mostly wait, or,

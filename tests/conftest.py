@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes import config as k8s_config
 
-from harness import nodes, pods, realnode, schedule
+from harness import node_faults, nodes, pods, realnode, schedule
 from harness.cluster import CRD_FILE, ROOT, Cluster, connect, disconnect, exclusively, wait_for
 from harness.operator import OperatorProcess
 from harness.reporting import Reporting, reporting_in
@@ -276,6 +276,14 @@ def reporting(cluster: Cluster, crd: str, images: dict[str, str]) -> Iterator[Re
     (``harness.reporting``)."""
     with reporting_in(cluster) as r:
         yield r
+
+
+@pytest.fixture(scope="module")
+def node_1_kept(cluster: Cluster) -> Iterator[None]:
+    """real-node-1 for the jobs of a module that loses it, restarts its kubelet or stops its
+    NetworkPolicy engine, while the node session's other tests run (``node_faults.kept``)."""
+    with node_faults.kept(cluster):
+        yield
 
 
 @pytest.fixture(scope="session")

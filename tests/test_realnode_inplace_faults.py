@@ -1,6 +1,7 @@
 """In-place restarts (the default) under faults, in real containers on the real node: back-to-back
 failures and a worker failing while its group restarts, the operator SIGKILLed in the middle of
-a restart, the node's kubelet restarted in the middle of one. Each job ends Succeeded with the
+a restart, the node's kubelet restarted in the middle of one (real-node-1's, kept for its job
+while the node session's other tests run: ``node_1_kept``). Each job ends Succeeded with the
 restarts its failures caused, its pods never recreated (the same UIDs), and every process of the
 last attempt says that attempt."""
 
@@ -19,10 +20,16 @@ from ddp_operator.model import constants as c
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
+from harness.node_faults import on_node_1
 from harness.operator import OperatorProcess
 from harness.realnode import kubectl_ddp, restart_kubelet, shell_job
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600), pytest.mark.serial]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.node,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("node_1_kept"),
+]
 
 ATTEMPT = re.compile(r"ATTEMPT rank=(\d+) attempt=(\d+)")
 # The last attempt all-reduces, each process saying its attempt.
@@ -224,13 +231,15 @@ def test_the_kubelet_restarted_mid_restart_loses_nothing(
     cluster: Cluster, namespace: str, operator, images: dict[str, str]
 ) -> None:
     """Worker 1 fails; once worker 0 is told attempt 1 (its old trainer deaf to SIGTERM), the
-    node's kubelet is stopped and started again: the restart completes in place."""
+    kubelet of the node they run on (real-node-1, kept for them) is stopped and started again:
+    the restart completes in place."""
     job = shell_job(
         "kubelet", namespace, images["trainer"], ONE_FAILURE, procsPerNode=2, backoffLimit=1
     )
+    job = on_node_1(job)
     jobs.apply(cluster, job)
     uids = _started(cluster, namespace, "kubelet")
     told = lambda: _told(cluster, namespace, "kubelet")[0] == "1"  # noqa: E731
     wait_for(told, timeout=60, what="worker 0 told attempt 1")
-    restart_kubelet()
+    restart_kubelet(1)
     _succeeded_in_place(cluster, namespace, "kubelet", uids, 1)

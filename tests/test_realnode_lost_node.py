@@ -9,13 +9,16 @@ NetworkPolicy admits only pods the API server lists as the job's, so the zombie'
 are dropped; the operator takes reports only from the job's live pods of its current attempt,
 so the zombie's are refused and its checkpoint never reaches the job; when the node returns, its
 kubelet kills what no pod owns any more. A job without network isolation shows what the fence
-keeps out: its zombie reaches the new master port."""
+keeps out: its zombie reaches the new master port.
+
+They run beside the node session's other tests (make test), with real-node-1 kept for their jobs
+alone meanwhile (``node_1_kept``: no other test's pod is lost with it); the tests that need
+real-node-1 as it is run in the same worker, after them (harness/schedule.py)."""
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +28,16 @@ from test_realnode_two_nodes import across, nodes_of
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
-from harness.node_faults import NodeFault, kept, tolerating
+from harness.node_faults import NodeFault, tolerating
 from harness.realnode import NODE, NODE_1, ctr, trainer_job
 from harness.reporting import Reporting
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.node,
+    pytest.mark.timeout(900),
+    pytest.mark.usefixtures("node_1_kept"),
+]
 
 PORT = 29500
 ZOMBIE_CHECKPOINT = "/ckpt/zombie"
@@ -120,13 +128,6 @@ def lost_node_job(name: str, ns: str, image: str, out: Path, **spec: Any) -> dic
     trainer["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
     pod["volumes"] = [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]
     return tolerating(across(job))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def node_1_kept(cluster: Cluster) -> Iterator[None]:
-    """real-node-1 for this module's jobs alone while its tests run."""
-    with kept(cluster):
-        yield
 
 
 def out_dir(tmp_path: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Network isolation enforced, on the real node (its NetworkPolicy engine, hack/cluster/netpol):
+"""Network isolation enforced, on a real node (its NetworkPolicy engine, hack/cluster/netpol;
+real-node-1, kept for the test's jobs while the node session's other tests run: ``node_1_kept``):
 while a 2-worker job trains (gloo, env://), worker 0's master port refuses a pod of another job, a
 plain pod of the job's namespace and one of another namespace, and takes its own worker 1; a job
 that turns isolation off takes the plain pod; with the engine stopped, new connections of the
@@ -13,9 +14,15 @@ import pytest
 
 from harness import jobs
 from harness.cluster import Cluster, wait_for
+from harness.node_faults import on_node_1
 from harness.realnode import pod_on_real_node, realnode, trainer_job, wait_pod_done
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(600), pytest.mark.serial]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.node,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("node_1_kept"),
+]
 
 # Each worker: gloo all-reduce steps until worker 0's container has /tmp/finish.
 TRAIN = r"""
@@ -114,8 +121,8 @@ def test_only_the_jobs_own_pods_reach_its_master_port(
     cluster: Cluster, namespace: str, elsewhere: str, operator, images: dict[str, str]
 ) -> None:
     py, trainer = images["python"], images["trainer"]
-    jobs.apply(cluster, _job("iso", namespace, trainer))
-    jobs.apply(cluster, _job("open", namespace, trainer, network={"isolation": False}))
+    jobs.apply(cluster, on_node_1(_job("iso", namespace, trainer)))
+    jobs.apply(cluster, on_node_1(_job("open", namespace, trainer, network={"isolation": False})))
     ip = _master_ip(cluster, namespace, "iso")
     open_ip = _master_ip(cluster, namespace, "open")
     # A pod of another job (a worker of "open"), a plain pod here, one elsewhere: refused.
@@ -129,12 +136,12 @@ def test_only_the_jobs_own_pods_reach_its_master_port(
 
     # The engine stopped: new connections of the job's pods are dropped, even its own worker's
     # (fail closed); the training's connections go on; back once it runs again.
-    realnode("netpol", "stop")
+    realnode("netpol", "stop", "1")
     try:
         assert _exec_probe(cluster, namespace, "iso-worker-1", ip) == DROPPED
         assert _probe(cluster, namespace, "plain-open-2", py, open_ip) == "CONNECTED"
     finally:
-        realnode("netpol", "start")
+        realnode("netpol", "start", "1")
     assert _exec_probe(cluster, namespace, "iso-worker-1", ip) == "CONNECTED"
     for job in ("iso", "open"):
         _finish(cluster, namespace, job)

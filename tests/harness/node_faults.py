@@ -2,9 +2,10 @@
 kubelet stopped or its link cut while its containers run on; undone once, by the test or at the
 latest when its ``with`` block ends, and the node Ready again before anything goes on.
 
-Those tests run beside the node session's others (make test), which may place pods on either real
-node: ``kept`` first keeps real-node-1 for them alone (a taint only their jobs tolerate, then no
-other pod left running there), so that losing it loses no other test's pod."""
+Those tests, and those that restart real-node-1's kubelet or stop its NetworkPolicy engine, run
+beside the node session's others (make test), which may place pods on either real node: ``kept``
+first keeps real-node-1 for them alone (a taint only their jobs tolerate, then no other pod left
+running there), so that what they do to it reaches no other test's pod."""
 
 from __future__ import annotations
 
@@ -26,8 +27,16 @@ KEPT_TAINT = {"key": KEPT["key"], "effect": KEPT["effect"]}
 def tolerating(job: dict[str, Any]) -> dict[str, Any]:
     """``job`` with its pods tolerating ``kept``'s taint."""
     spec = job["spec"]["template"].setdefault("spec", {})
-    spec.setdefault("tolerations", []).append(copy.deepcopy(KEPT))
+    # New lists and maps: a template's may be shared (harness.realnode's ON_REAL_NODE).
+    spec["tolerations"] = [*spec.get("tolerations", ()), copy.deepcopy(KEPT)]
     return job
+
+
+def on_node_1(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with every worker on real-node-1, ``kept`` for it (``tolerating``)."""
+    spec = job["spec"]["template"].setdefault("spec", {})
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": NODE_1}
+    return tolerating(job)
 
 
 def _set_taint(cluster: Cluster, on: bool) -> None:
@@ -70,7 +79,8 @@ def _others_on_node_1(cluster: Cluster) -> list[str]:
 def kept(cluster: Cluster) -> Iterator[None]:
     """real-node-1 for the jobs that tolerate KEPT alone: tainted (no other pod is placed there),
     then waited on until no other pod runs there (those placed before end with their tests),
-    untainted at the end."""
+    untainted at the end (a session killed meanwhile leaves the taint: ``kubectl taint node
+    real-node-1 ddp-test/lost-node:NoSchedule-``, or the next ``kept``, lifts it)."""
     _set_taint(cluster, True)
     try:
         wait_for(

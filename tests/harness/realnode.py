@@ -165,11 +165,12 @@ def container_pid(cluster: Cluster, ns: str, pod: str) -> int:
     raise AssertionError(f"no task of container {cid} ({pod})")
 
 
-def restart_kubelet() -> None:
-    """Stop the node's kubelet (SIGTERM; the pods' containers run on under containerd) and
-    start it again (``realnode.sh up`` starts what does not run), as an upgrade or a crash
+def restart_kubelet(node: int = 0) -> None:
+    """Stop real-node-``node``'s kubelet (SIGTERM; the pods' containers run on under containerd)
+    and start it again (``realnode.sh up`` starts what does not run), as an upgrade or a crash
     of the kubelet alone does."""
-    pid = int(KUBELET_PID.read_text())
+    pid_file = KUBELET_PID if node == 0 else ROOT / ".cluster" / f"realnode-{node}" / "kubelet.pid"
+    pid = int(pid_file.read_text())
     os.kill(pid, signal.SIGTERM)
 
     def gone() -> bool:
@@ -180,4 +181,4 @@ def restart_kubelet() -> None:
         return False
 
     wait_for(gone, timeout=30, what="the kubelet to exit")
-    realnode("up")
+    realnode("up", *([str(node)] if node else []))

@@ -3,8 +3,10 @@
 
 Each file is a group of its own, run by one worker (its module fixtures made once), except
 NODE_1_FILES: one group, run by one worker in that order, because each of them needs real-node-1
-as it is and no other of them beside it (the lost-node tests stop its kubelet or cut its link;
-the two-node tests and the docs' demo place a worker there).
+as it is and no other of them beside it (the lost-node tests stop its kubelet or cut its link, the
+in-place faults restart it, the NetworkPolicy test stops its engine: each keeps the node for its
+own jobs meanwhile, ``node_faults.kept``; the two-node tests and the docs' demo place a worker
+there).
 
 The groups go out longest first, by the seconds their tests took in the last complete run
 (``DURATIONS_ENV`` names that file, written by hack/test_report.py): xdist hands a freed worker
@@ -22,7 +24,13 @@ from typing import Any, Protocol
 
 DURATIONS_ENV = "DDP_TEST_DURATIONS"
 NODE_1_GROUP = "real-node-1"
-NODE_1_FILES = ("test_realnode_lost_node", "test_realnode_two_nodes", "test_docs_pages")
+NODE_1_FILES = (
+    "test_realnode_lost_node",
+    "test_realnode_inplace_faults",
+    "test_realnode_netpol",
+    "test_realnode_two_nodes",
+    "test_docs_pages",
+)
 
 
 class Item(Protocol):
