@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from .cluster import Cluster, wait_for
 from .realnode import NODE_1, realnode
 
-KEPT = {"key": "ddp-test/lost-node", "operator": "Exists", "effect": "NoSchedule"}
+KEPT = {"key": "ddp-test/node-1-kept", "operator": "Exists", "effect": "NoSchedule"}
 KEPT_TAINT = {"key": KEPT["key"], "effect": KEPT["effect"]}
 
 
@@ -46,8 +46,8 @@ def _set_taint(cluster: Cluster, on: bool) -> None:
 
     def patched() -> bool:
         node = cluster.core.read_node(NODE_1)
-        taints = [
-            {"key": t.key, "value": t.value, "effect": t.effect}
+        taints = [  # whole, timeAdded too (a NoExecute taint's evictions count from it)
+            cluster.api.sanitize_for_serialization(t)
             for t in node.spec.taints or ()
             if t.key != KEPT_TAINT["key"]
         ]
@@ -80,7 +80,7 @@ def kept(cluster: Cluster) -> Iterator[None]:
     """real-node-1 for the jobs that tolerate KEPT alone: tainted (no other pod is placed there),
     then waited on until no other pod runs there (those placed before end with their tests),
     untainted at the end (a session killed meanwhile leaves the taint: ``kubectl taint node
-    real-node-1 ddp-test/lost-node:NoSchedule-``, or the next ``kept``, lifts it)."""
+    real-node-1 ddp-test/node-1-kept:NoSchedule-``, or the next ``kept``, lifts it)."""
     _set_taint(cluster, True)
     try:
         wait_for(
