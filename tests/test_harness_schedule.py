@@ -12,6 +12,8 @@ from pathlib import Path
 from harness import schedule
 from harness.cluster import ROOT
 
+XDIST = "-q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder"
+
 
 @dataclass(frozen=True)
 class Item:
@@ -110,20 +112,8 @@ def test_a_real_xdist_run_gives_each_group_one_worker(tmp_path: Path) -> None:
     durations = tmp_path / "durations.json"
     durations.write_text(json.dumps({two: 5, lost: 5, "test_short": 1, "test_long": 50}))
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-n",
-            "2",
-            "--dist",
-            "loadfile",
-            "--no-loadscope-reorder",
-            "tests",
-        ],
+        # make test's node session's options (hack/test.sh), on two workers.
+        [sys.executable, "-m", "pytest", *XDIST.split(), "tests"],
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", schedule.DURATIONS_ENV: str(durations)},
         capture_output=True,
