@@ -153,6 +153,10 @@ def _told(cluster: Cluster, ns: str, job: str) -> list[str]:
     ]
 
 
+# Alone (serial): beside the node session's other tests it failed once (run 73 of the tests page:
+# worker 1 restarted twice where the pause said it was told 2 straight away, the pause's race
+# lost under load).
+@pytest.mark.serial
 def test_back_to_back_failures_one_while_the_group_restarts(
     cluster: Cluster, own_operator: tuple[str, list[OperatorProcess]], images: dict[str, str]
 ) -> None:
