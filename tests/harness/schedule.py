@@ -40,18 +40,20 @@ class Item(Protocol):
     def path(self) -> Path: ...
 
 
-def group_of(item: Item) -> str:
-    """The group ``item`` runs in: NODE_1_GROUP or its file's name (without ``.py``)."""
-    stem = item.path.stem
+def _group(stem: str) -> str:
+    """The group of the tests of file ``stem``: NODE_1_GROUP or that name."""
     return NODE_1_GROUP if stem in NODE_1_FILES else stem
 
 
+def group_of(item: Item) -> str:
+    """The group ``item`` runs in."""
+    return _group(item.path.stem)
+
+
 def scope_of(nodeid: str) -> str:
-    """The group of the test ``nodeid`` (``tests/test_x.py::name[param]``), as ``group_of``:
-    what xdist's scheduler hands out whole to one worker."""
-    return (
-        NODE_1_GROUP if Path(nodeid.split("::")[0]).stem in NODE_1_FILES else nodeid.split("::")[0]
-    )
+    """The group of the test ``nodeid`` (``tests/test_x.py::name[param]``): what xdist's
+    scheduler hands out whole to one worker."""
+    return _group(Path(nodeid.split("::")[0]).stem)
 
 
 def last_durations(environ: Mapping[str, str] = os.environ) -> dict[str, float]:
