@@ -1,8 +1,8 @@
 """Issue 69 on the real node: in images that carry nothing of the project (tests/images/), the
 operator's delivered helpers do what the trainer image's files did. A hang in an unmodified
 script names the rank that never joined the collective, on an older torch and another Python
-(trixie: Python 3.13, torch 2.8), in an image with no shell, and where the waiting rank keeps a
-core busy, as an NCCL rank does (its flight recorder says it waits: Debian's Python, torch
+(trixie: Python 3.13, torch 2.8), in an image with no shell, and where the waiting rank keeps
+its CPU busy, as an NCCL rank does (its flight recorder says it waits: Debian's Python, torch
 2.15). Delivered as an image volume, the helpers need no copy."""
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 hang = os.environ["DDP_ATTEMPT"] == "0" and dist.get_rank() == 1
-def spin():  # a core kept busy, as NCCL's waiting rank does; no memory taken
-    while True:
-        pass
+def spin():  # busy, as NCCL's waiting rank is: a quarter of a core (five times what counts
+    while True:  # as quiet; a whole one would only cost the machine more), no memory taken
+        burst = time.monotonic() + 0.025
+        while time.monotonic() < burst:
+            pass
+        time.sleep(0.075)
 if os.environ["DDP_ATTEMPT"] == "0" and os.environ.get("SPIN") == str(dist.get_rank()):
     threading.Thread(target=spin, daemon=True).start()
 x = torch.randn(64, 64)
@@ -82,10 +85,10 @@ def test_an_unmodified_hang_names_the_rank_on_an_older_torch_and_with_no_shell(
     assert f"TRAINED {torch}" in log, log
 
 
-def test_an_nccl_style_wait_that_keeps_a_core_busy_still_names_the_rank(
+def test_an_nccl_style_wait_that_keeps_its_cpu_busy_still_names_the_rank(
     cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
-    """Rank 0 waits in its all_reduce with a thread spinning a core (an NCCL rank spins in
+    """Rank 0 waits in its all_reduce with a thread keeping it busy (an NCCL rank spins in
     CUDA's synchronisation: its pod is never quiet); its flight recorder says it stands in one
     unfinished collective, which its delivered watch sends, and the stall names worker 1."""
     ns, name = reporting.ns, "busy-hang"
