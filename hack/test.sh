@@ -5,7 +5,7 @@
 # The suite runs in four pytest sessions on the one cluster, each test in namespaces of its own
 # and each session with an operator of its own (docs/development/tests.md):
 #   node:   the tests marked `node` (real containers on the real nodes), DDP_TEST_WORKERS of them
-#           at a time (default 3; pytest-xdist, one file to a worker, the longest of the last
+#           at a time (default 4; pytest-xdist, one file to a worker, the longest of the last
 #           complete run first, and the files that take real-node-1 for themselves in one worker:
 #           tests/harness/schedule.py): mostly waiting on pods;
 #   api:    meanwhile the API server's other tests, one at a time (kwok's fake nodes; some
@@ -23,7 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 bin=.venv/bin
-workers="${DDP_TEST_WORKERS:-3}"
+workers="${DDP_TEST_WORKERS:-4}"
 if [[ ! "$workers" =~ ^[0-9]+$ ]]; then
   echo "make test: DDP_TEST_WORKERS must be a whole number (0: one session), not '$workers'" >&2
   exit 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -127,17 +127,27 @@ def test_other_nodes_keep_working_while_one_is_silent(
 
 
 @pytest.mark.serial
-def test_control_plane_down_and_back(local: Cluster, namespace: str) -> None:
+def test_control_plane_down_and_back(
+    local: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """One outage (5 s: etcd and the API server stopped) for the whole harness: nothing answers
+    meanwhile; the fake kubelet and the ledger, watching through it, notice it and then carry a
+    job to its end; the objects made before it are there, and the kubeconfig on disk works."""
     before = local.core.create_namespaced_config_map(
         namespace, {"metadata": {"name": "before"}, "data": {"k": "v"}}
     )
-    with (
-        faults.control_plane_down(local, 5) as outage,
-        pytest.raises(urllib3.exceptions.HTTPError),  # nothing answers
-    ):
-        local.core.read_namespaced_config_map("before", namespace, _request_timeout=3)
-    stop, start = outage.stopped - outage.began, outage.started - outage.restarting
-    print(f"control plane: stop {stop:.1f}s, down 5s, start {start:.1f}s")
+
+    def outage() -> None:
+        with (
+            faults.control_plane_down(local, 5) as down,
+            pytest.raises(urllib3.exceptions.HTTPError),  # nothing answers
+        ):
+            local.core.read_namespaced_config_map("before", namespace, _request_timeout=3)
+        stop, start = down.stopped - down.began, down.started - down.restarting
+        print(f"control plane: stop {stop:.1f}s, down 5s, start {start:.1f}s")
+
+    ledger = run_scripted(local, namespace, [ScriptedJob("after-outage", kind="flaky")], outage)
+    assert ledger.transient > 0 and ledger.lists >= 2, "the outage was not noticed"
     after = local.core.read_namespaced_config_map("before", namespace)
     assert after.metadata.uid == before.metadata.uid and after.data == {"k": "v"}
     local.core.create_namespaced_config_map(namespace, {"metadata": {"name": "after"}})
@@ -161,14 +171,15 @@ def test_held_pod_stays_terminating_until_released(local: Cluster, namespace: st
     faults.release_pod(local, namespace, pod)  # gone: fine
 
 
-def run_scripted(cluster: Cluster, ns: str, jobs: list[ScriptedJob], outage: float = 0) -> Ledger:
-    """Run the jobs with a Kubelet and a Ledger (after a control-plane outage of ``outage``
-    seconds, if any); check the end state; return the Ledger."""
+def run_scripted(
+    cluster: Cluster, ns: str, jobs: list[ScriptedJob], outage: Callable[[], None] | None = None
+) -> Ledger:
+    """Run the jobs with a Kubelet and a Ledger (after ``outage``, if any: a control-plane
+    outage while they watch); check the end state; return the Ledger."""
     ledger, kubelet = Ledger(cluster, ns).start(), Kubelet(cluster, ns, jobs).start()
     try:
-        if outage:
-            with faults.control_plane_down(cluster, outage):
-                pass
+        if outage is not None:
+            outage()
         for job in jobs:
             ddpjobs.apply(cluster, job.manifest(ns))
         phases = run_until_done(cluster, ns, jobs, timeout=120)
@@ -199,15 +210,6 @@ def test_scripted_jobs_with_the_operator(
         *(("flaky", i, a) for i in range(2) for a in range(2)),
         *(("bad", i, a) for i in range(2) for a in range(2)),
     }
-
-
-@pytest.mark.serial
-def test_kubelet_and_ledger_outlive_an_outage(
-    local: Cluster, namespace: str, operator: OperatorProcess
-) -> None:
-    jobs = [ScriptedJob("after-outage", kind="flaky")]
-    ledger = run_scripted(local, namespace, jobs, outage=3)
-    assert ledger.transient > 0 and ledger.lists >= 2, "the outage was not noticed"
 
 
 def worker(job: str, index: int, attempt: int, uid: str, phase: str = "Running") -> dict:

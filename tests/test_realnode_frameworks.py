@@ -47,6 +47,9 @@ def run_framework_script(
     trainer["env"] = [
         {"name": "SCRIPT", "value": script},
         {"name": "PYTHONPATH", "value": "/opt/lib"},
+        # One thread for torch's operations, as torchrun gives each worker: accelerate would set
+        # two, whose OpenMP thread spins a core between the script's small operations.
+        {"name": "OMP_NUM_THREADS", "value": "1"},
         *env,
     ]
     jobs.apply(cluster, job)

@@ -82,7 +82,7 @@ def test_no_wait_counts_a_build_and_a_failed_up_stops_what_it_started(
                 capture_output=True,
                 text=True,
                 timeout=600,
-                env={**os.environ, "DDP_TEST_SLOW_BUILD": "25", "DDP_NODE_WAIT": "20"},
+                env={**os.environ, "DDP_TEST_SLOW_BUILD": "12", "DDP_NODE_WAIT": "8"},
                 pass_fds=(lock.fileno(),),
             )
         assert done.returncode == 0, done.stderr[-3000:]
