@@ -61,7 +61,7 @@ up() {
   bin="$("$here/build.sh" scheduler-plugins)"
   mkdir -p "$state"
   kubectl_ apply --server-side --force-conflicts -f "$bin/coscheduling-crd.yaml" >/dev/null
-  kubectl_ wait --for=condition=Established --timeout=60s -f "$bin/coscheduling-crd.yaml" >/dev/null
+  crds_established "$bin/coscheduling-crd.yaml"
   config
   if ! alive "$pidfile"; then
     log "starting scheduler-plugins $SCHEDULER_PLUGINS_VERSION as $name"

@@ -36,6 +36,19 @@ self_signed() {
   fi
 }
 
+# crds_established FILE...: waits (60 s at most) until the CRDs of FILE (files or folders, as
+# kubectl -f takes them) are Established. A CRD just created may have no status yet, which
+# kubectl wait takes for an error ("<nil> is of the type <nil>"), not for a wait: it is asked
+# again until then (CI of 2026-12-05 lost Kueue's 10 tests to that once).
+crds_established() {
+  local t0=$SECONDS args=() f
+  for f in "$@"; do args+=(-f "$f"); done
+  until kubectl_ wait --for=condition=Established --timeout=60s "${args[@]}" >/dev/null 2>&1; do
+    ((SECONDS - t0 < 60)) || die "the CRDs of $* were not Established in 60 s"
+    sleep 0.5
+  done
+}
+
 # drop_webhooks MUTATING VALIDATING: removes the program's two webhook configurations, if the
 # cluster is there (the sourcing script's $kubeconfig and kubectl_).
 drop_webhooks() {

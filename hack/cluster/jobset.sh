@@ -62,13 +62,7 @@ up() {
   bin="$("$here/build.sh" jobset)"
   mkdir -p "$state"
   kubectl_ apply --server-side --force-conflicts -f "$bin/jobset-config/crds" >/dev/null
-  # (a CRD just created may have no status yet, which kubectl wait takes for an error)
-  local t0=$SECONDS
-  until kubectl_ wait --for=condition=Established --timeout=60s -f "$bin/jobset-config/crds" \
-      >/dev/null 2>&1; do
-    ((SECONDS - t0 < 60)) || die "JobSet's CRD was not Established in 60 s"
-    sleep 0.5
-  done
+  crds_established "$bin/jobset-config/crds"
   self_signed "$state/certs" ddp-jobset-webhook
   config
   if ! alive "$pidfile"; then
@@ -77,7 +71,7 @@ up() {
       --zap-log-level=error >>"$state/jobset.log" 2>&1 </dev/null &
     echo $! >"$pidfile"
   fi
-  t0=$SECONDS
+  local t0=$SECONDS
   until curl -sf -o /dev/null "http://127.0.0.1:$health/readyz" &&
       curl -sk -o /dev/null "https://127.0.0.1:$port/"; do
     alive "$pidfile" || die "JobSet exited: $state/jobset.log"

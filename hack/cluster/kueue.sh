@@ -86,7 +86,7 @@ up() {
   bin="$("$here/build.sh" kueue)"
   mkdir -p "$state"
   kubectl_ apply --server-side --force-conflicts -f "$bin/kueue-config/crds" >/dev/null
-  kubectl_ wait --for=condition=Established --timeout=60s -f "$bin/kueue-config/crds" >/dev/null
+  crds_established "$bin/kueue-config/crds"
   kubectl_ create namespace kueue-system --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
   certificate
   config

@@ -55,7 +55,7 @@ up() {
   mkdir -p "$state"
   local crds="$bin/volcano-config/crds"
   kubectl_ apply --server-side --force-conflicts -f "$crds" >/dev/null
-  kubectl_ wait --for=condition=Established --timeout=60s -f "$crds" >/dev/null
+  crds_established "$crds"
   kubectl_ create namespace volcano-system --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
   self_signed "$state/certs" ddp-volcano-webhook
   webhooks | kubectl_ apply --server-side --force-conflicts -f - >/dev/null
