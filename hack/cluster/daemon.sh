@@ -39,12 +39,13 @@ self_signed() {
 # crds_established FILE...: waits (60 s at most) until the CRDs of FILE (files or folders, as
 # kubectl -f takes them) are Established. A CRD just created may have no status yet, which
 # kubectl wait takes for an error ("<nil> is of the type <nil>"), not for a wait: it is asked
-# again until then (CI of 2026-12-05 lost Kueue's 10 tests to that once).
+# again until then (CI of 2026-12-05 lost Kueue's 10 tests to that once); past 60 s it fails
+# with kubectl's last words (a missing file, a timeout).
 crds_established() {
-  local t0=$SECONDS args=() f
+  local t0=$SECONDS args=() f said
   for f in "$@"; do args+=(-f "$f"); done
-  until kubectl_ wait --for=condition=Established --timeout=60s "${args[@]}" >/dev/null 2>&1; do
-    ((SECONDS - t0 < 60)) || die "the CRDs of $* were not Established in 60 s"
+  until said="$(kubectl_ wait --for=condition=Established --timeout=60s "${args[@]}" 2>&1)"; do
+    ((SECONDS - t0 < 60)) || die "the CRDs of $* were not Established in 60 s: $said"
     sleep 0.5
   done
 }
