@@ -20,7 +20,8 @@
 #         controller manager, scheduler and kwok) and keeps its state (etcd's data, certificates,
 #         ports, kubeconfig): a crash of the whole control plane.
 # start:  starts a stopped cluster again; returns once /readyz answers and every node is Ready
-#         (but a node a test silenced, see tests/harness/faults.py).
+#         (but a node a test silenced, see tests/harness/faults.py), with the real nodes'
+#         daemons that read the API restarted (realnode.sh resync).
 # status: says whether it runs, and lists its nodes.
 # DDP_AUDIT=<audit policy file> at creation turns on the API server's audit log (in the cluster's
 # logs directory): it tells who deleted or created what, e.g. a fake kubelet acting late.
@@ -295,6 +296,9 @@ start() {
     jsonpath='{range .items[*]}node/{.metadata.name} {.metadata.annotations.ddp-operator\.io/test-silenced}{"\n"}{end}' |
     awk 'NF == 1 { print $1 }')
   ((${#nodes[@]} == 0)) || kubectl_ wait --for=condition=Ready "${nodes[@]}" --timeout=120s >/dev/null
+  # Likewise the real nodes' CoreDNS, kube-proxy and netpol, whose informers back off meanwhile.
+  if [[ -d "$state/realnode" ]]; then "$here/realnode.sh" resync || return 1; fi
+  if [[ -d "$state/realnode-1" ]]; then "$here/realnode.sh" resync 1 || return 1; fi
   log "cluster $name is started in $((SECONDS - t0))s"
 }
 

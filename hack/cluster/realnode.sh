@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real nodes beside the kwok nodes of the local cluster (hack/cluster/cluster.sh): `realnode.sh
-# up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol|kubelet
-# stop|start [NODE]|link cut|heal NODE`. NODE 0 (the default) is real-node-0, described below;
+# up|down|status|resync [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ...|netpol|
+# kubelet stop|start [NODE]|link cut|heal NODE`. NODE 0 (the default) is real-node-0, described below;
 # 1 is real-node-1, the same in a network namespace of its own (realnode/lib.sh,
 # realnode/second.sh): it needs real-node-0 up, and real-node-0's down takes it down first. Images
 # go into every running node.
@@ -51,7 +51,7 @@
 # own (build.sh real-node), and its daemons take nothing from a host's PATH (realnode/lib.sh).
 set -euo pipefail
 case "${1:-}" in
-  up | down | status) index="${2:-0}" ;;
+  up | down | status | resync) index="${2:-0}" ;;
   netpol | kubelet | link) index="${3:-0}" ;;
 esac
 # shellcheck source=hack/cluster/realnode/lib.sh
@@ -251,6 +251,28 @@ up() {
   log "node $node is Ready in $((SECONDS - t0))s (containerd $CONTAINERD_VERSION, logs in $rn)"
 }
 
+# resync: restarts the node's daemons that only read the API (CoreDNS on real-node-0, kube-proxy,
+# netpol), those running, so that they list it now: after a control-plane outage their informers,
+# backing off, catch up up to a minute later (CoreDNS answered a new Service's names NXDOMAIN for
+# 40 s after the API server was back). cluster.sh start calls it, as it restarts kwok.
+resync() {
+  tools
+  if ((index == 0)) && pid_of coredns >/dev/null; then
+    stop coredns
+    start_coredns
+  fi
+  if pid_of kube-proxy >/dev/null; then
+    stop kube-proxy
+    daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
+    wait_until "kube-proxy is not healthy" kube-proxy "${ns[@]}" curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
+  fi
+  if pid_of netpol >/dev/null; then
+    stop netpol
+    : >"$rn/netpol.log"
+    start_netpol
+  fi
+}
+
 status() {
   local p line="" programs=(containerd kubelet kube-proxy netpol)
   if ((index == 0)); then programs+=(coredns api-forward); fi
@@ -265,7 +287,7 @@ status() {
 }
 
 case "${1:-}" in
-  up | down | netpol | kubelet | link) hold_lock "${index#0}" ;;
+  up | down | resync | netpol | kubelet | link) hold_lock "${index#0}" ;;
   # Images go into every node that runs.
   image | trainer | operator | foreign | load) hold_lock 1 ;;
 esac
@@ -284,6 +306,7 @@ case "${1:-}" in
     load "$2" "$3" "$4"
     ;;
   status) status ;;
+  resync) resync ;;
   netpol)
     tools
     case "${2:-}" in
@@ -310,7 +333,7 @@ case "${1:-}" in
     esac
     ;;
   *)
-    echo "usage: $0 up|down|status [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol|kubelet stop|start [NODE]|link cut|heal NODE" >&2
+    echo "usage: $0 up|down|status|resync [NODE]|image|trainer [NAME=VALUE]...|operator|foreign NAME|load ARCHIVE IMAGE NAME|netpol|kubelet stop|start [NODE]|link cut|heal NODE" >&2
     exit 2
     ;;
 esac

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ SOCK = ROOT / ".cluster" / "realnode" / "containerd" / "containerd.sock"
 KUBELET_PID = ROOT / ".cluster" / "realnode" / "kubelet.pid"
 KUBECTL_DDP = str(Path(sys.executable).parent / "kubectl-ddp")
 POD_NET = ipaddress.ip_network("198.18.0.0/15")
+CLUSTER_DNS = ("198.18.0.1", 53)  # CoreDNS, on real-node-0's bridge
 NODE = "real-node-0"
 # The second real node (realnode.sh up 1): its own kubelet and containerd, in a network
 # namespace of its own.
@@ -182,3 +185,20 @@ def restart_kubelet(node: int = 0) -> None:
 
     wait_for(gone, timeout=30, what="the kubelet to exit")
     realnode("up", *([str(node)] if node else []))
+
+
+def cluster_dns_knows(name: str) -> bool:
+    """Whether the cluster's DNS (CoreDNS, asked from the host) answers ``name``'s A record with
+    an address: one query, no search list."""
+    query = struct.pack(">HHHHHH", 0x2D2D, 0x0100, 1, 0, 0, 0)  # recursion desired, 1 question
+    query += b"".join(bytes([len(x)]) + x.encode() for x in name.rstrip(".").split(".")) + b"\0"
+    query += struct.pack(">HH", 1, 1)  # A, IN
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(2)
+        sock.sendto(query, CLUSTER_DNS)
+        try:
+            answer = sock.recv(512)
+        except TimeoutError:
+            return False
+    flags, _, answers = struct.unpack(">HHH", answer[2:8])
+    return flags & 0xF == 0 and answers > 0  # NOERROR, with an answer
