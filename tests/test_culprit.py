@@ -76,6 +76,21 @@ def test_the_collective_the_hung_rank_never_joined_is_named_from_the_flight_reco
         assert found is not None and "never joined the collective" in found.words, (a, b)
 
 
+def test_a_rank_behind_the_others_stands_outside_though_its_recorder_lags() -> None:
+    """Rank 1 sleeps in the script, its recorder's last all_reduce (#30) not yet marked
+    completed (torch 2.15's gloo marked one late, or never); rank 0 waits in #31: rank 1 never
+    joined it. A rank at the script's own line in the collective the others are in still waits
+    (NCCL: ``.item()`` waiting on the GPU)."""
+    waiting = stack(0, WAITS, collectives=[pg(31, 30)])
+    lagging = stack(1, SLEEPS, collectives=[pg(30, 29)])
+    found = culprit.named({0: waiting, 1: lagging}, None)
+    assert found is not None and found.rank == 1, found
+    assert "never joined all_reduce #31 (default_pg)" in found.words, found.words
+    on_gpu = stack(2, SLEEPS, collectives=[pg(31, 30)])
+    found = culprit.named({0: waiting, 1: lagging, 2: on_gpu}, None)
+    assert found is not None and found.rank == 1 and "ranks 0, 2 wait" in found.words, found
+
+
 def test_a_stack_s_collectives_are_checked_and_bounded() -> None:
     kept = stack(0, WAITS, collectives=[pg(1, 0, "x" * 500, "g" * 500)] * 20)["collectives"]
     assert len(kept) == culprit.MAX_GROUPS and len(kept[0]["op"]) == len(kept[0]["group"]) == 64

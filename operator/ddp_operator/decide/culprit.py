@@ -150,12 +150,19 @@ def unknown(frames: list[str]) -> bool:
     return not frames or frames[-1].split(":")[0].endswith("threading.py")
 
 
-def waits(stack: Mapping[str, Any]) -> bool:
+def waits(stack: Mapping[str, Any], latest: Mapping[str, int] | None = None) -> bool:
     """Whether a rank stands where it waits for the others: its innermost frame, or its flight
     recorder (a collective entered and not completed: under NCCL the script's own line, a
-    ``.item()`` say, waits on the GPU for it; seen on an H200)."""
+    ``.item()`` say, waits on the GPU for it; seen on an H200). Not a collective of a group in
+    which another rank entered a later one (``latest``, by group): a rank behind the others
+    stands outside whatever its last mark says (torch 2.15's gloo marked an all_reduce
+    completed late, or never: a rank asleep in the script read as in it)."""
     frames = stack.get("frames") or []
-    in_one = any(c["entered"] > c["completed"] for c in stack.get("collectives") or ())
+    ahead = latest or {}
+    in_one = any(
+        c["entered"] > c["completed"] and c["entered"] >= ahead.get(c["group"], 0)
+        for c in stack.get("collectives") or ()
+    )
     return in_one or (bool(frames) and frames[-1].startswith(WAITS_IN))
 
 
@@ -183,7 +190,11 @@ def named(stacks: Mapping[int, Mapping[str, Any]], since: datetime | None) -> Cu
         if not unknown(s.get("frames") or [])
         and (since is None or ((t := parse_time(s.get("at"))) is not None and t >= since))
     }
-    waiting = {r: s for r, s in fresh.items() if waits(s)}
+    latest: dict[str, int] = {}
+    for s in fresh.values():
+        for c in s.get("collectives") or ():
+            latest[c["group"]] = max(latest.get(c["group"], 0), c["entered"])
+    waiting = {r: s for r, s in fresh.items() if waits(s, latest)}
     outside = {r: s for r, s in fresh.items() if r not in waiting}
     if not waiting or not outside or len({s["worker"] for s in outside.values()}) != 1:
         return None
