@@ -279,22 +279,12 @@ def reporting(cluster: Cluster, crd: str, images: dict[str, str]) -> Iterator[Re
         yield r
 
 
-NODE_1_LOCK = node_faults.Node1Lock()
-NEXT: list[pytest.Item | None] = [None]  # the test after the one ending (its modules' teardown)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    NEXT[0] = nextitem
-    return (yield)
-
-
 @pytest.fixture(scope="module")
 def node_1_kept(cluster: Cluster) -> Iterator[None]:
     """real-node-1 for the jobs of a module that loses it, restarts its kubelet or stops its
     NetworkPolicy engine, while the node session's other tests run (``node_faults.kept``), and
     none of those that need it as it is (``node_1_as_is``) meanwhile."""
-    with NODE_1_LOCK.group(lambda: NEXT[0]), node_faults.kept(cluster):
+    with exclusively(schedule.NODE_1_GROUP), node_faults.kept(cluster):
         yield
 
 
@@ -302,7 +292,7 @@ def node_1_kept(cluster: Cluster) -> Iterator[None]:
 def node_1_as_is(cluster: Cluster) -> Iterator[None]:
     """real-node-1 Ready and open to every pod for a module that places a worker there: never
     while a module that takes it away runs (``node_1_kept``); beside others that need it so."""
-    with NODE_1_LOCK.shared():
+    with exclusively(schedule.NODE_1_GROUP, shared=True):
         yield
 
 

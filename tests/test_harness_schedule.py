@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import node_faults, schedule
+from harness import schedule
 from harness.cluster import ROOT, exclusively
 
 XDIST = "-q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder"
@@ -57,26 +57,6 @@ def test_the_files_that_need_real_node_1_as_it_is_go_out_when_the_group_should_e
     ran = [i.name.split("::")[0] for i in sorted(got, key=lambda i: placed[id(i)])]
     assert ran[-2:] == [docs, two], ran
     assert schedule.workers({schedule.WORKERS_ENV: "3"}) == 3 and schedule.workers({}) == 4
-
-
-def test_the_group_holds_its_lock_from_its_first_module_to_its_last_in_a_row() -> None:
-    """Node1Lock: held across the group's modules while the next test is one of them (another
-    worker's shared hold cannot slip in), let go after the last; a shared hold in the process
-    that holds it needs no more (it would wait on itself)."""
-    name = f"test-{uuid.uuid4().hex[:6]}"
-    path = ROOT / ".cluster" / "locks" / f"{name}.lock"
-    lock, lost, other = node_faults.Node1Lock(name), *items(schedule.NODE_1_FILES[0], "test_x")
-    try:
-        with lock.group(lambda: lost), lock.shared():  # the next test is the group's too
-            pass
-        with path.open() as fd, pytest.raises(BlockingIOError):
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # still held
-        with lock.group(lambda: other):  # then test_x: let go
-            pass
-        with path.open() as fd:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def test_shared_holders_of_a_lock_go_together_and_an_exclusive_one_alone() -> None:

@@ -5,23 +5,20 @@ latest when its ``with`` block ends, and the node Ready again before anything go
 Those tests, and those that restart real-node-1's kubelet or stop its NetworkPolicy engine, run
 beside the node session's others (make test), which may place pods on either real node: ``kept``
 first keeps real-node-1 for them alone (a taint only their jobs tolerate, then no other pod left
-running there), so that what they do to it reaches no other test's pod; ``Node1Lock`` keeps
-the tests that need it as it is (the two-node tests, the docs' demo) from running meanwhile."""
+running there), so that what they do to it reaches no other test's pod."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Literal
 
 from kubernetes.client.exceptions import ApiException
 
-from . import schedule
-from .cluster import Cluster, exclusively, wait_for
+from .cluster import Cluster, wait_for
 from .realnode import NODE_1, realnode
 
 KEPT = {"key": "ddp-test/node-1-kept", "operator": "Exists", "effect": "NoSchedule"}
@@ -157,40 +154,3 @@ class NodeFault:
         tb: TracebackType | None,
     ) -> None:
         self.restore()
-
-
-class Node1Lock:
-    """This process's hold of the lock ``real-node-1``. NODE_1_GROUP's modules (schedule.py)
-    hold it exclusively from the first to the last of them in a row (``after`` says whether the
-    next test is one: another worker's shared hold never slips in between); a shared module of
-    the process that holds it so needs no more (one session: in one process, two holds of one
-    lock would wait on each other)."""
-
-    def __init__(self, name: str = schedule.NODE_1_GROUP) -> None:
-        self.name = name
-        self.held: contextlib.ExitStack | None = None
-
-    @contextlib.contextmanager
-    def group(self, after: Callable[[], schedule.Item | None]) -> Iterator[None]:
-        """Around a NODE_1_GROUP module; ``after``, asked at its end: the test that comes next."""
-        if self.held is None:
-            self.held = contextlib.ExitStack()
-            self.held.enter_context(exclusively(self.name))
-        try:
-            yield
-        finally:
-            following = after()
-            if self.held is not None and (
-                following is None or schedule.group_of(following) != schedule.NODE_1_GROUP
-            ):
-                self.held.close()
-                self.held = None
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        """Around a NODE_1_SHARED module."""
-        if self.held is not None:
-            yield
-            return
-        with exclusively(self.name, shared=True):
-            yield
