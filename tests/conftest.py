@@ -69,10 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     # In an xdist worker (make test's node session), the order of harness/schedule.py: its
     # scheduler (below) hands out the groups as they first come.
-    placed: dict[int, tuple[int, int]] = {}
+    placed: dict[int, tuple[float, int, int]] = {}
     if hasattr(config, "workerinput"):
-        seconds = schedule.group_seconds(schedule.last_durations())
-        placed = schedule.keys(items, seconds, schedule.workers())
+        placed = schedule.keys(items, schedule.group_seconds(schedule.last_durations()))
 
     # An early test starts slow work (real pods) that runs beside the others; a last one ends it.
     items.sort(
@@ -80,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("early") is None,
             item.get_closest_marker("last") is not None,
             late(item),
-            placed.get(id(item), (0, 0)),
+            placed.get(id(item), (0.0, 0, 0)),
         )
     )
 
@@ -282,17 +281,8 @@ def reporting(cluster: Cluster, crd: str, images: dict[str, str]) -> Iterator[Re
 @pytest.fixture(scope="module")
 def node_1_kept(cluster: Cluster) -> Iterator[None]:
     """real-node-1 for the jobs of a module that loses it, restarts its kubelet or stops its
-    NetworkPolicy engine, while the node session's other tests run (``node_faults.kept``), and
-    none of those that need it as it is (``node_1_as_is``) meanwhile."""
-    with exclusively(schedule.NODE_1_GROUP), node_faults.kept(cluster):
-        yield
-
-
-@pytest.fixture(scope="module")
-def node_1_as_is(cluster: Cluster) -> Iterator[None]:
-    """real-node-1 Ready and open to every pod for a module that places a worker there: never
-    while a module that takes it away runs (``node_1_kept``); beside others that need it so."""
-    with exclusively(schedule.NODE_1_GROUP, shared=True):
+    NetworkPolicy engine, while the node session's other tests run (``node_faults.kept``)."""
+    with node_faults.kept(cluster):
         yield
 
 

@@ -19,12 +19,7 @@ from harness.pages import blocks, run, user_env
 from harness.podwatch import PodWatch, worker_key
 from harness.realnode import NODE, NODE_1
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.node,
-    pytest.mark.timeout(1800),
-    pytest.mark.usefixtures("node_1_as_is"),
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1800)]
 
 LOCAL_PAGE = ROOT / "docs" / "getting-started" / "local.md"
 SDK_PAGE = ROOT / "docs" / "tasks" / "sdk.md"

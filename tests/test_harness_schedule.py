@@ -3,18 +3,14 @@ tests (pure), and that a real xdist run of its own takes those groups (one worke
 
 from __future__ import annotations
 
-import fcntl
 import json
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from harness import schedule
-from harness.cluster import ROOT, exclusively
+from harness.cluster import ROOT
 
 XDIST = "-q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder"
 
@@ -34,45 +30,10 @@ def ordered(got: list[Item], seconds: dict[str, float]) -> list[str]:
     return [i.name for i in sorted(got, key=lambda i: placed[id(i)])]
 
 
-def test_the_files_that_take_real_node_1_are_one_group_and_others_their_own() -> None:
+def test_the_files_that_need_real_node_1_are_one_group_and_others_their_own() -> None:
     groups = {schedule.group_of(i) for i in items(*schedule.NODE_1_FILES)}
     assert groups == {schedule.NODE_1_GROUP}
     assert schedule.group_of(items("test_realnode_jobs")[0]) == "test_realnode_jobs"
-    two, docs = schedule.NODE_1_SHARED
-    assert [schedule.group_of(i) for i in items(two, docs)] == [two, docs]
-
-
-def test_the_files_that_need_real_node_1_as_it_is_go_out_when_the_group_should_end() -> None:
-    two, docs = schedule.NODE_1_SHARED
-    got = items(two, "test_a", docs, "test_b", "test_c", "test_d", *schedule.NODE_1_FILES)
-    seconds = {f: 100.0 for f in schedule.NODE_1_FILES} | {two: 200.0, docs: 210.0}
-    seconds |= {"test_a": 250.0, "test_b": 200.0, "test_c": 150.0, "test_d": 100.0}
-    # On 2 workers: the group (300 s) and test_a start at once, test_b at 250, and the worker
-    # free at 300, when the group ends, takes the shared files, longest first.
-    placed = schedule.keys(got, schedule.group_seconds(seconds), workers=2)
-    ran = [i.name.split("::")[0] for i in sorted(got, key=lambda i: placed[id(i)])]
-    assert ran == [*schedule.NODE_1_FILES, "test_a", "test_b", docs, two, "test_c", "test_d"]
-    # On 4, test_d too starts before the group ends: the shared files go last.
-    placed = schedule.keys(got, schedule.group_seconds(seconds), workers=4)
-    ran = [i.name.split("::")[0] for i in sorted(got, key=lambda i: placed[id(i)])]
-    assert ran[-2:] == [docs, two], ran
-    assert schedule.workers({schedule.WORKERS_ENV: "3"}) == 3 and schedule.workers({}) == 4
-
-
-def test_shared_holders_of_a_lock_go_together_and_an_exclusive_one_alone() -> None:
-    """``exclusively``'s lock, as the node session's workers take it for real-node-1."""
-    name = f"test-{uuid.uuid4().hex[:6]}"
-    path = ROOT / ".cluster" / "locks" / f"{name}.lock"
-    try:
-        with exclusively(name, shared=True), path.open() as other:
-            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a second shared holder
-            fcntl.flock(other, fcntl.LOCK_UN)
-            with pytest.raises(BlockingIOError):
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with exclusively(name), path.open() as other, pytest.raises(BlockingIOError):
-            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def test_the_longest_group_goes_first_and_one_of_no_known_time_before_it() -> None:

@@ -41,12 +41,7 @@ from harness.realnode import (
     wait_pod_done,
 )
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.node,
-    pytest.mark.timeout(900),
-    pytest.mark.usefixtures("node_1_as_is"),
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
 
 LAUNCHERS = ROOT / "examples" / "launchers"
 ECC = (Path(__file__).parent / "data" / "hardware" / "cuda-ecc.log").read_text().split("\n", 1)[1]

@@ -91,15 +91,14 @@ def _local_running() -> bool:
 
 
 @contextlib.contextmanager
-def exclusively(name: str, shared: bool = False) -> Iterator[None]:
+def exclusively(name: str) -> Iterator[None]:
     """Hold the checkout's lock ``name`` (a file under .cluster/locks): test sessions running at
     once (pytest-xdist's workers) take turns at a step that must not run twice at the same time,
-    such as bringing the cluster, the real node or Kueue up. ``shared``: beside other shared
-    holders, never beside an exclusive one."""
+    such as bringing the cluster, the real node or Kueue up."""
     locks = ROOT / ".cluster" / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     with (locks / f"{name}.lock").open("w") as held:
-        fcntl.flock(held, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        fcntl.flock(held, fcntl.LOCK_EX)
         yield
 
 

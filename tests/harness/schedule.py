@@ -2,20 +2,16 @@
 ``--dist loadfile --no-loadscope-reorder``, hack/test.sh, with tests/conftest.py's scheduler).
 
 Each file is a group of its own, run by one worker (its module fixtures made once), except
-NODE_1_FILES: one group, run by one worker in that order, because each of them takes real-node-1
-from every other test (the lost-node tests stop its kubelet or cut its link, the in-place faults
-restart it, the NetworkPolicy test stops its engine): each module holds the lock ``real-node-1``
-and keeps the node for its own jobs meanwhile (``node_1_kept``). NODE_1_SHARED's files (the
-two-node tests, the docs' demo) place a worker there and only need it as it is: each holds that
-lock shared (``node_1_as_is``), beside each other and every other test, never beside the group.
+NODE_1_FILES: one group, run by one worker in that order, because each of them needs real-node-1
+as it is and no other of them beside it (the lost-node tests stop its kubelet or cut its link, the
+in-place faults restart it, the NetworkPolicy test stops its engine: each keeps the node for its
+own jobs meanwhile, ``node_faults.kept``; the two-node tests and the docs' demo place a worker
+there).
 
 The groups go out longest first, by the seconds their tests took in the last complete run
 (``DURATIONS_ENV`` names that file, written by hack/test_report.py): xdist hands a freed worker
 the next group, so a long file handed out last would run alone at the end, one core idle. A
-group of no known time goes first. NODE_1_SHARED's go out when NODE_1_GROUP should have ended, as
-the durations foretell for the session's workers: before it, their workers would wait on the
-lock; together with it at the start (the group, the longest, goes first), the session once
-lasted as long as their five files one after another (801 of 817 s, run 79 of the tests page).
+group of no known time goes first.
 """
 
 from __future__ import annotations
@@ -32,9 +28,9 @@ NODE_1_FILES = (
     "test_realnode_lost_node",
     "test_realnode_inplace_faults",
     "test_realnode_netpol",
+    "test_realnode_two_nodes",
+    "test_docs_pages",
 )
-NODE_1_SHARED = ("test_realnode_two_nodes", "test_docs_pages")
-WORKERS_ENV = "PYTEST_XDIST_WORKER_COUNT"  # set by xdist in its workers
 
 
 class Item(Protocol):
@@ -85,53 +81,20 @@ def group_seconds(durations: Mapping[str, float]) -> dict[str, float]:
     return seconds
 
 
-def order(groups: list[str], seconds: Mapping[str, float], workers: int) -> list[str]:
-    """``groups`` (as they first appear) in the order they go out: longest first (unknown first
-    of all; with no durations, as they are), NODE_1_SHARED's moved to where the first worker free
-    after NODE_1_GROUP's end, by ``seconds`` on ``workers`` workers, would take them."""
-    if not seconds:
-        return list(groups)
-    ranked = sorted(groups, key=lambda g: -seconds.get(g, float("inf")))
-    shared = [g for g in ranked if g in NODE_1_SHARED]
-    rest = [g for g in ranked if g not in NODE_1_SHARED]
-    if not shared or NODE_1_GROUP not in rest:
-        return ranked
-    free = [0.0] * max(1, workers)  # when each worker is next free
-    end = None
-    for i, group in enumerate(rest):
-        start = min(free)
-        if end is not None and start >= end:
-            return rest[:i] + shared + rest[i:]
-        free[free.index(start)] = start + seconds.get(group, 0.0)
-        if group == NODE_1_GROUP:
-            end = start + seconds.get(group, 0.0)
-    return rest + shared
-
-
-def keys(
-    items: list[Item], seconds: Mapping[str, float], workers: int = 4
-) -> dict[int, tuple[int, int]]:
-    """Each item's place (by ``id``): its group's in ``order`` on ``workers`` workers, then
-    NODE_1_FILES in their order. Sorted stably by it, the items keep each file's own order."""
-    groups: list[str] = []
-    for item in items:
-        if group_of(item) not in groups:
-            groups.append(group_of(item))
-    rank = {g: i for i, g in enumerate(order(groups, seconds, workers))}
+def keys(items: list[Item], seconds: Mapping[str, float]) -> dict[int, tuple[float, int, int]]:
+    """Each item's place (by ``id``): its group's (longest first; unknown first of all; with no
+    durations at all, where the group first appears), then NODE_1_FILES in their order. Sorted
+    stably by it, the items keep each file's own order."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(group_of(item), i)
     placed = {}
     for item in items:
         group, stem = group_of(item), item.path.stem
+        longest = -seconds.get(group, float("inf")) if seconds else 0.0
         within = NODE_1_FILES.index(stem) if group == NODE_1_GROUP else 0
-        placed[id(item)] = (rank[group], within)
+        placed[id(item)] = (longest, first[group], within)
     return placed
-
-
-def workers(environ: Mapping[str, str] = os.environ) -> int:
-    """The session's xdist workers (4, make test's default, where unknown)."""
-    try:
-        return int(environ.get(WORKERS_ENV, "4"))
-    except ValueError:
-        return 4
 
 
 def scheduler(config: Any, log: Any) -> Any:
