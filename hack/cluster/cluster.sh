@@ -296,7 +296,8 @@ start() {
     jsonpath='{range .items[*]}node/{.metadata.name} {.metadata.annotations.ddp-operator\.io/test-silenced}{"\n"}{end}' |
     awk 'NF == 1 { print $1 }')
   ((${#nodes[@]} == 0)) || kubectl_ wait --for=condition=Ready "${nodes[@]}" --timeout=120s >/dev/null
-  # Likewise the real nodes' CoreDNS, kube-proxy and netpol, whose informers back off meanwhile.
+  # Likewise the real nodes' kubelets, CoreDNS, kube-proxy and netpol, whose watches back off
+  # meanwhile.
   if [[ -d "$state/realnode" ]]; then "$here/realnode.sh" resync || return 1; fi
   if [[ -d "$state/realnode-1" ]]; then "$here/realnode.sh" resync 1 || return 1; fi
   log "cluster $name is started in $((SECONDS - t0))s"

@@ -188,6 +188,26 @@ wait_until() {
   done
 }
 
+# start_kubelet: the kubelet, registered, with the node's address and none of the taints of a node
+# not yet initialised.
+start_kubelet() {
+  daemon kubelet "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$node_kubeconfig" \
+    --root-dir "$rn/kubelet/root" --cert-dir "$rn/kubelet/pki" \
+    --hostname-override "$node" --cloud-provider external --node-labels ddp-operator.io/node=real
+  wait_until "node $node did not register" kubelet kubectl_ get node "$node"
+  # real-node-0's kubelet listens on 127.0.0.1 only, an address it refuses as its node IP
+  # ("nodeIP can't be loopback address"): with --cloud-provider external it leaves the addresses
+  # to a cloud controller, which this is. The apiserver reaches the kubelet (kubectl logs/exec)
+  # at the first address of its preferred types, so InternalIP alone (a Hostname would come
+  # first): 127.0.0.1, or real-node-1's end of its link.
+  kubectl_ patch node "$node" --subresource=status --type=json \
+    -p '[{"op": "replace", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "'"$kubelet_address"'"}]}]' \
+    >/dev/null
+  kubectl_ taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
+  # Nodes registered before the fake nodes were tainted instead have this one.
+  kubectl_ taint node "$node" ddp-operator.io/real-node- >/dev/null 2>&1 || true
+}
+
 up() {
   [[ $(id -u) == 0 ]] || die "needs root"
   [[ -f "$kubeconfig" ]] || die "no cluster: run hack/cluster/cluster.sh up first"
@@ -227,21 +247,7 @@ up() {
   fi
   start_containerd
   import "$pause_tar"
-  daemon kubelet "$bin/kubelet" --config "$rn/kubelet/config.yaml" --kubeconfig "$node_kubeconfig" \
-    --root-dir "$rn/kubelet/root" --cert-dir "$rn/kubelet/pki" \
-    --hostname-override "$node" --cloud-provider external --node-labels ddp-operator.io/node=real
-  wait_until "node $node did not register" kubelet kubectl_ get node "$node"
-  # real-node-0's kubelet listens on 127.0.0.1 only, an address it refuses as its node IP
-  # ("nodeIP can't be loopback address"): with --cloud-provider external it leaves the addresses
-  # to a cloud controller, which this is. The apiserver reaches the kubelet (kubectl logs/exec)
-  # at the first address of its preferred types, so InternalIP alone (a Hostname would come
-  # first): 127.0.0.1, or real-node-1's end of its link.
-  kubectl_ patch node "$node" --subresource=status --type=json \
-    -p '[{"op": "replace", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "'"$kubelet_address"'"}]}]' \
-    >/dev/null
-  kubectl_ taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
-  # Nodes registered before the fake nodes were tainted instead have this one.
-  kubectl_ taint node "$node" ddp-operator.io/real-node- >/dev/null 2>&1 || true
+  start_kubelet
   daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
   start_netpol
   kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
@@ -251,12 +257,19 @@ up() {
   log "node $node is Ready in $((SECONDS - t0))s (containerd $CONTAINERD_VERSION, logs in $rn)"
 }
 
-# resync: restarts the node's daemons that only read the API (CoreDNS on real-node-0, kube-proxy,
-# netpol), those running, so that they list it now: after a control-plane outage their informers,
-# backing off, catch up up to a minute later (CoreDNS answered a new Service's names NXDOMAIN for
-# 40 s after the API server was back). cluster.sh start calls it, as it restarts kwok.
+# resync: restarts the node's daemons that watch the API (the kubelet, CoreDNS on real-node-0,
+# kube-proxy, netpol), those running, so that they list it now: after a control-plane outage their
+# informers, backing off, catch up up to a minute later (CoreDNS answered a new Service's names
+# NXDOMAIN for 40 s after the API server was back; a kubelet started a new pod 56 s after it was
+# bound). Its containers run on meanwhile. cluster.sh start calls it, as it restarts kwok.
 resync() {
   tools
+  if pid_of kubelet >/dev/null; then
+    stop kubelet
+    start_kubelet
+    kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
+      die "node $node is not Ready: $rn/kubelet.log"
+  fi
   if ((index == 0)) && pid_of coredns >/dev/null; then
     stop coredns
     start_coredns
