@@ -208,6 +208,11 @@ start_kubelet() {
   kubectl_ taint node "$node" ddp-operator.io/real-node- >/dev/null 2>&1 || true
 }
 
+start_kube_proxy() {
+  daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
+  wait_until "kube-proxy is not healthy" kube-proxy "${ns[@]}" curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
+}
+
 up() {
   [[ $(id -u) == 0 ]] || die "needs root"
   [[ -f "$kubeconfig" ]] || die "no cluster: run hack/cluster/cluster.sh up first"
@@ -248,11 +253,10 @@ up() {
   start_containerd
   import "$pause_tar"
   start_kubelet
-  daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
+  start_kube_proxy
   start_netpol
   kubectl_ wait --for=condition=Ready "node/$node" --timeout=120s >/dev/null ||
     die "node $node is not Ready: $rn/kubelet.log"
-  wait_until "kube-proxy is not healthy" kube-proxy "${ns[@]}" curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
   trap - EXIT
   log "node $node is Ready in $((SECONDS - t0))s (containerd $CONTAINERD_VERSION, logs in $rn)"
 }
@@ -276,8 +280,7 @@ resync() {
   fi
   if pid_of kube-proxy >/dev/null; then
     stop kube-proxy
-    daemon kube-proxy "$bin/kube-proxy" --config "$rn/kube-proxy.yaml"
-    wait_until "kube-proxy is not healthy" kube-proxy "${ns[@]}" curl -fsS "http://127.0.0.1:$((port0 + 8))/healthz"
+    start_kube_proxy
   fi
   if pid_of netpol >/dev/null; then
     stop netpol
