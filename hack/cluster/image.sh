@@ -46,6 +46,13 @@ storage=("--root" "$cache/buildah/storage" "--runroot" "$cache/buildah/run" "--s
 
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
+# hold PATH: this process takes PATH's lock (the file PATH.lock), kept until release or its end.
+# make test builds the test images in the background while a test may ask for one: two runs of
+# this script at once, each making the same wheelhouse or base in the same .tmp (a cold CI of
+# 2026-12-05: pip lost its wheels to the other run's rm, FileNotFoundError). The second waits,
+# then finds it made.
+hold() { exec {held}>"$1.lock" && flock "$held"; }
+release() { exec {held}>&-; }
 buildah_() { buildah "${storage[@]}" "$@"; }
 # The Debian suites whose python3 stands in for python:X.Y-slim: their Python, and their glibc's
 # minor version (the newest manylinux_2_N tag their wheels may carry).
@@ -90,10 +97,12 @@ base() {
   base_tar="$cache/images/$family-$suite-$date.tar"
   [[ -f "$base_tar" ]] && return 0
   command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
+  mkdir -p "$cache/images"
+  hold "$base_tar"
+  if [[ -f "$base_tar" ]]; then release; return 0; fi
   mirror="$(awk '/^URIs:/ && $2 ~ /debian$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources \
     /etc/apt/sources.list 2>/dev/null || true)"
   mirror="${mirror:-http://deb.debian.org/debian}"
-  mkdir -p "$cache/images"
   rootfs="$cache/images/$family-$suite-$date.rootfs"
   remove_tree "$rootfs"
   log "debootstrap $suite (minbase, python3, python3-pip) from $mirror"
@@ -114,6 +123,7 @@ base() {
     "$base_tar.tmp"
   mv "$base_tar.tmp" "$base_tar"
   remove_tree "$rootfs"
+  release
   log "base $base_ref: $(du -h "$base_tar" | cut -f1) in $((SECONDS - t0))s"
 }
 
@@ -156,6 +166,9 @@ fetch() {
   local dir=$1 py=$2 t0=$SECONDS suite g platforms=(); shift 2
   [[ -d "$dir" ]] && return 0
   command -v pip3 >/dev/null || die "pip3 is missing: apt-get install python3-pip"
+  mkdir -p "${dir%/*}"
+  hold "$dir"
+  if [[ -d "$dir" ]]; then release; return 0; fi
   suite="$(suite_of "$py")"
   for ((g = ${suite_glibc[$suite]}; g >= 5; g--)); do
     platforms+=(--platform "manylinux_2_${g}_x86_64")
@@ -166,6 +179,7 @@ fetch() {
     --implementation cp --abi "cp${py//./}" "${platforms[@]}" --platform manylinux2014_x86_64 \
     --dest "$dir.tmp" "$@" >&2
   mv "$dir.tmp" "$dir"
+  release
   log "wheelhouse $dir: $(du -sh "$dir" | cut -f1) in $((SECONDS - t0))s"
 }
 
@@ -264,6 +278,11 @@ build() {
   mkdir -p "$cache/buildah"
   exec 9>"$cache/buildah/.lock"
   flock 9
+  # Built by another run of this script while this one waited.
+  if [[ -f "$out" ]]; then
+    echo "$out $ref"
+    return 0
+  fi
   # Containers a killed or failed build left (each holds a step's files; the lock keeps others').
   buildah_ rm --all >/dev/null 2>&1 || true
   if [[ -z "$(buildah_ images -q "$base_ref" 2>/dev/null)" ]]; then

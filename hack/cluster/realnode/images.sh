@@ -29,6 +29,15 @@ import() {
     die "import of $1 failed: $rn/ctr.log"
 }
 
+# pin REF: the kubelet never removes image REF. Image garbage collection is off (kubelet.yaml),
+# but a disk under the eviction threshold still has the kubelet delete every image no container
+# uses: a cold CI of 2026-12-05 filled the disk building the test images, and the trainer and
+# operator images went, which no registry gives back (ErrImagePull). containerd's CRI reports an
+# image with this label pinned, and the kubelet's collection passes over pinned images.
+pin() {
+  ctr_ images label "$1" io.cri-containerd.pinned=pinned >/dev/null
+}
+
 # provide ARGS...: the image `image.sh ARGS...` builds (or reuses: base, trainer [NAME=VALUE]...,
 # operator, foreign NAME), imported into every running node that lacks it (its name carries its
 # cache key); prints its name.
@@ -62,6 +71,7 @@ provide_on() {
     import "$tar"
     log "imported $ref into $node in $((SECONDS - t0))s"
   fi
+  pin "$ref"
   # The default trainer image is also the examples' image (examples/*.yaml), so that they run
   # here as written: the tag is not `latest`, so the kubelet never tries to pull it.
   if [[ $1 == trainer && $# == 1 ]]; then
@@ -95,6 +105,7 @@ load() {
       if ((index > 0)); then link_blobs; fi
       import "$1"
     fi
+    pin "$2"
     ctr_ images tag --force "$2" "$3" >/dev/null
   done
 }
