@@ -210,6 +210,30 @@ def test_status_and_logs_of_a_running_job(cluster: Cluster, namespace: str) -> N
 
 @pytest.mark.cluster
 @pytest.mark.usefixtures("operator")
+def test_logs_that_cannot_be_read_fail_saying_why(cluster: Cluster, namespace: str) -> None:
+    """Workers bound to a node that does not exist (a template's nodeName) have no log to give:
+    `kubectl ddp logs` says the API server's answer in one line and exits 1 (each worker's log is
+    read in a thread of its own, whose error once left a traceback and exit code 0)."""
+    template = {
+        "spec": {
+            "nodeName": "ddp-test-no-such-node",
+            "containers": [{"name": "trainer", "image": "python:3.11-slim"}],
+        }
+    }
+    jobs.apply(cluster, ddpjob("unplaced", namespace, nodes=2, template=template))
+    wait_for(
+        lambda: len(jobs.workers(cluster, namespace, "unplaced")) == 2,
+        timeout=30,
+        what="two workers bound to no node",
+    )
+    out = ddp(cluster, "logs", "unplaced", "-n", namespace)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert out.stderr.startswith("kubectl ddp: 404 Not Found"), out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.cluster
+@pytest.mark.usefixtures("operator")
 def test_status_says_which_workers_sit_on_fake_nodes_to_whoever_may_read_nodes(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:

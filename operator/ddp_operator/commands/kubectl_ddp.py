@@ -99,23 +99,29 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not pods:
             raise SpecError(f"{args.name} has no worker {args.worker}")
     lock = threading.Lock()
+    failed: list[Exception] = []
 
     def stream(pod: dict[str, Any]) -> None:
+        """One worker's log; what stops it is kept for the main thread, which says it (an
+        exception of this thread alone would print a traceback and leave the exit code 0)."""
         index = pod["metadata"]["labels"].get(c.LABEL_INDEX)
         prefix = "" if args.worker is not None else f"worker-{index} | "
         container = pod["spec"]["containers"][trainer_index(pod["spec"])]["name"]
-        resp = api.core.read_namespaced_pod_log(
-            pod["metadata"]["name"],
-            ns,
-            container=container,
-            follow=args.follow,
-            tail_lines=args.tail,
-            _preload_content=False,
-        )
-        for raw in resp:
-            for line in raw.decode(errors="replace").splitlines():
-                with lock:
-                    print(f"{prefix}{line}", flush=True)
+        try:
+            resp = api.core.read_namespaced_pod_log(
+                pod["metadata"]["name"],
+                ns,
+                container=container,
+                follow=args.follow,
+                tail_lines=args.tail,
+                _preload_content=False,
+            )
+            for raw in resp:
+                for line in raw.decode(errors="replace").splitlines():
+                    with lock:
+                        print(f"{prefix}{line}", flush=True)
+        except Exception as exc:  # raised again below, once every worker is shown
+            failed.append(exc)
 
     threads = [threading.Thread(target=stream, args=(p,), daemon=True) for p in pods]
     for t in threads:
@@ -124,6 +130,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
             t.join()  # one worker after the other, in order
     for t in threads:
         t.join()
+    if failed:
+        raise failed[0]
     return 0
 
 
