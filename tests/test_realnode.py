@@ -195,9 +195,7 @@ def test_the_node_keeps_its_images_however_full_the_host_disk(
     assert pressure.get("DiskPressure") == "False", pressure
     held = {i for image in node.status.images for i in image.names}
     assert set(images.values()) <= held, (images, held)
-    for name in SOCKS:
-        if not SOCKS[name].exists():
-            continue
+    for name in (name for name, sock in SOCKS.items() if sock.exists()):
         for ref in images.values():
             listed = ctr("images", "ls", f"name=={ref}", node=name)
             assert "io.cri-containerd.pinned=pinned" in listed, (name, listed)
