@@ -62,10 +62,19 @@ def test_real_node_1_s_files_count_together_and_run_in_their_order() -> None:
     ]
 
 
-def test_with_no_durations_groups_keep_where_they_first_appear() -> None:
+def test_real_node_1_s_group_goes_first_even_where_others_took_longer() -> None:
+    """Run 86's order came from a run whose timeouts made other files the longest: the lost-node
+    tests then ran late, and real-node-1 took a finished pod of another test with it."""
+    lost, two = schedule.NODE_1_FILES[0], schedule.NODE_1_FILES[-2]
+    got = items("test_x", two, "test_new", lost)
+    seconds = {lost: 10.0, two: 10.0, "test_x": 900.0}
+    assert ordered(got, seconds) == [f"{lost}::3", f"{two}::1", "test_new::2", "test_x::0"]
+
+
+def test_with_no_durations_groups_keep_where_they_first_appear_real_node_1_s_first() -> None:
     lost, two = schedule.NODE_1_FILES[0], schedule.NODE_1_FILES[-2]
     got = items("test_y", two, "test_x", lost)
-    assert ordered(got, {}) == ["test_y::0", f"{lost}::3", f"{two}::1", "test_x::2"]
+    assert ordered(got, {}) == [f"{lost}::3", f"{two}::1", "test_y::0", "test_x::2"]
 
 
 def test_durations_are_read_from_the_file_named_and_a_bad_one_is_none(tmp_path: Path) -> None:

@@ -217,6 +217,27 @@ print("TRAINED", flush=True)
 """
 
 
+def restart_record(
+    cluster: Cluster, ns: str, name: str, status: dict[str, Any], seen: list[dict[str, Any]]
+) -> str:
+    """Why a job restarted more than it asked for, in a few lines (CI shows only the assertion's
+    message): its Events (the time between two restarts is how long an attempt ran), the steps it
+    showed by attempt, its first failure, and its worker 0's trainer as the kubelet last saw it."""
+    pod = cluster.core.read_namespaced_pod(f"{name}-worker-0", ns)
+    trainer = next(s for s in pod.status.container_statuses or () if s.name == "trainer")
+    said = [f"{e.get('lastTimestamp')} {e['reason']}: {e['message'][:160]}" for e in
+            jobs.events(cluster, ns, name)]  # fmt: skip
+    return "\n".join(
+        [
+            *said,
+            f"steps seen (attempt, step): {[(p.get('attempt'), p.get('step')) for p in seen]}",
+            f"firstFailure: {status.get('firstFailure')}",
+            f"trainer: restarts {trainer.restart_count}, state {trainer.state.to_dict()}, "
+            f"last {trainer.last_state.to_dict()}",
+        ]
+    )
+
+
 def test_a_resumed_hugging_face_trainer_is_timed_from_its_first_step_and_may_evaluate(
     cluster: Cluster, reporting: Reporting, foreign_images: dict[str, str]
 ) -> None:
@@ -237,7 +258,8 @@ def test_a_resumed_hugging_face_trainer_is_timed_from_its_first_step_and_may_eva
     assert status["phase"] == "Succeeded" and "TRAINED" in log, (status, log[-3000:])
     assert "EVALUATING at step 25" in log, log[-3000:]
     first = status.get("firstFailure") or {}
-    assert (status["restarts"], first.get("attempt"), first.get("exitCode")) == (1, 0, 3), status
+    restarted = (status["restarts"], first.get("attempt"), first.get("exitCode"))
+    assert restarted == (1, 0, 3), restart_record(cluster, ns, name, status, seen)
     last = status["progress"]
     assert (last["attempt"], last["step"], last["total"]) == (1, 30, 30), last
     assert last["protocol"] == "kubeflow", last  # on the status: judged so after a restart too

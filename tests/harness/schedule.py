@@ -8,10 +8,14 @@ in-place faults restart it, the NetworkPolicy test stops its engine: each keeps 
 own jobs meanwhile, ``node_faults.kept``; the two-node tests and the docs' demo place a worker
 there).
 
-The groups go out longest first, by the seconds their tests took in the last complete run
-(``DURATIONS_ENV`` names that file, written by hack/test_report.py): xdist hands a freed worker
-the next group, so a long file handed out last would run alone at the end, one core idle. A
-group of no known time goes first.
+NODE_1_GROUP goes out first, whatever the durations say: its lost-node tests, first in it, then
+take real-node-1 before other tests have finished pods there (``kept`` waits only for running
+ones; a lost node's pods are evicted, finished ones too, and a test that read its finished
+worker's log later lost it: run 86 of the tests page, whose order came from a run whose timeouts
+made other files longer). The other groups go out longest first, by the seconds their tests
+took in the last complete run (``DURATIONS_ENV`` names that file, written by hack/test_report.py):
+xdist hands a freed worker the next group, so a long file handed out last would run alone at the
+end, one core idle. A group of no known time goes first among them.
 """
 
 from __future__ import annotations
@@ -81,19 +85,22 @@ def group_seconds(durations: Mapping[str, float]) -> dict[str, float]:
     return seconds
 
 
-def keys(items: list[Item], seconds: Mapping[str, float]) -> dict[int, tuple[float, int, int]]:
-    """Each item's place (by ``id``): its group's (longest first; unknown first of all; with no
-    durations at all, where the group first appears), then NODE_1_FILES in their order. Sorted
-    stably by it, the items keep each file's own order."""
+def keys(
+    items: list[Item], seconds: Mapping[str, float]
+) -> dict[int, tuple[bool, float, int, int]]:
+    """Each item's place (by ``id``): its group's (NODE_1_GROUP first of all, then the longest
+    first, one of unknown time first; with no durations at all, where the group first appears),
+    then NODE_1_FILES in their order. Sorted stably by it, the items keep each file's own order."""
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         first.setdefault(group_of(item), i)
     placed = {}
     for item in items:
         group, stem = group_of(item), item.path.stem
+        node_1 = group == NODE_1_GROUP
         longest = -seconds.get(group, float("inf")) if seconds else 0.0
-        within = NODE_1_FILES.index(stem) if group == NODE_1_GROUP else 0
-        placed[id(item)] = (longest, first[group], within)
+        within = NODE_1_FILES.index(stem) if node_1 else 0
+        placed[id(item)] = (not node_1, longest, first[group], within)
     return placed
 
 
