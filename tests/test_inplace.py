@@ -42,10 +42,13 @@ def worker(
     finished: bool = False,
     told_at: datetime | None = None,
     counted: int | None = None,
+    told_container: str | None = None,
+    container: str | None = None,
 ):
     """An in-place worker pod created in attempt ``created``, told ``told`` (at ``told_at``,
-    its trainer's restart count then ``counted``; without: by an operator that wrote neither),
-    as its kubelet reports it: restart counts of its trainer and watch, the trainer's state."""
+    its trainer's restart count then ``counted`` and its container then ``told_container``;
+    without: by an operator that wrote none), as its kubelet reports it: restart counts of its
+    trainer and watch, the trainer's state and container (``container``)."""
     manifest = builders.build_worker_pod(JOB, index, created, in_place=True)
     manifest = copy.deepcopy(manifest)
     manifest["metadata"]["annotations"]["ddp-operator.io/attempt"] = str(told)
@@ -55,6 +58,8 @@ def worker(
         manifest["metadata"]["annotations"][c.TOLD_AT_ANNOTATION] = format_time(told_at)
     if counted is not None:
         manifest["metadata"]["annotations"][c.TOLD_RESTARTS_ANNOTATION] = str(counted)
+    if told_container is not None:
+        manifest["metadata"]["annotations"][c.TOLD_CONTAINER_ANNOTATION] = told_container
     manifest["metadata"]["uid"] = f"uid-{index}"
     manifest["spec"]["nodeName"] = "n1"
     trainer_status = {
@@ -64,6 +69,8 @@ def worker(
     }
     if last:
         trainer_status["lastState"] = {"terminated": last}
+    if container is not None:
+        trainer_status["containerID"] = container
     watch_status = {
         "name": "ddp-attempt-watch",
         "restartCount": restarts if watch is None else watch,
@@ -89,6 +96,25 @@ def test_a_trainer_that_exits_non_zero_is_a_failure_of_its_attempt() -> None:
     assert "j-worker-1 exited with code 3 (Error)" in of_pod(pod).describe()
     done = worker(1, trainer=exited(0))
     assert done.phase == "Succeeded" and not done.failed_in_place
+
+
+def test_a_status_still_of_the_container_told_is_no_end_of_the_attempt_told() -> None:
+    """CI of 23ec7d8: a job restarted twice for one failure, the second time recorded as its
+    next attempt's worker exiting with the first attempt's exit code. The tell records the
+    trainer's container; a status still of that container (its count moved, its watch
+    running) is that run's end, not the new attempt's: the restart is still to come."""
+    old, new = "containerd://aaa", "containerd://bbb"
+    told = {"told": 1, "counted": 0, "told_container": old, "restarts": 1}
+    stale = worker(0, trainer=exited(3), container=old, **told)
+    assert stale.restart_pending and not stale.failed_in_place and stale.phase == "Running"
+    assert inplace.state(stale, 1) == inplace.RESTARTING
+    assert stale.trainer_container == old
+    rerun = worker(0, trainer=exited(3), container=new, **told)
+    assert not rerun.restart_pending and rerun.failed_in_place and rerun.exit_code == 3
+    assert worker(0, container=new, **told).trainer_container == new  # what the next tell records
+    # Told by an operator that recorded no container: the counts alone, as before.
+    unrecorded = worker(0, told=1, counted=0, restarts=1, trainer=exited(3), container=old)
+    assert unrecorded.failed_in_place
 
 
 def test_a_pod_killed_for_a_restart_it_was_told_of_has_not_failed() -> None:

@@ -222,6 +222,8 @@ def test_a_pod_is_told_its_attempt_with_when_and_its_trainers_restart_count() ->
         "ddp-operator.io/told-at": "2026-11-26T12:00:00Z",
         "ddp-operator.io/restarts-when-told": "5",
     }
+    with_container = inplace_pod.told(3, "2026-11-26T12:00:00Z", 5, "containerd://aaa")
+    assert with_container["ddp-operator.io/container-when-told"] == "containerd://aaa"
 
 
 def test_the_watch_ends_alone_once_its_trainer_has_been_gone_a_while(tmp_path: Path) -> None:

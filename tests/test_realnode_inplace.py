@@ -106,6 +106,10 @@ def test_a_failed_worker_restarts_the_group_in_place_and_a_hung_one_with_it(
     ] == same
     assert [_trainer(p)["restartCount"] for p in after] == [1, 1], after
     assert [p["metadata"]["annotations"]["ddp-operator.io/attempt"] for p in after] == ["1", "1"]
+    # Each tell recorded the trainer's container then: a run of attempt 0, not the one now.
+    told = [p["metadata"]["annotations"]["ddp-operator.io/container-when-told"] for p in after]
+    now = [_trainer(p)["containerID"] for p in after]
+    assert all(t.startswith("containerd://") and t not in now for t in told), (told, now)
     # The hung worker's attempt-0 process was ended by the kubelet.
     assert _trainer(after[0])["lastState"]["terminated"]["exitCode"] != 0
     assert [_scheduled(cluster, namespace, p["metadata"]["name"]) for p in after] == [1, 1]

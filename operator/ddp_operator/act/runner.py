@@ -381,7 +381,7 @@ class JobRunner:
         end (their watches exit)."""
         when = format_time(datetime.now(UTC))
         for p in plan.tell:
-            told = inplace_pod.told(plan.attempt, when, p.restarted)
+            told = inplace_pod.told(plan.attempt, when, p.restarted, p.trainer_container)
             yield (
                 f"giving attempt {plan.attempt} to pod {p.name}",
                 self.kube.tell_pod(job.namespace, p.name, p.uid, str(p.attempt_now), told),

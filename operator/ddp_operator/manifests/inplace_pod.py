@@ -240,12 +240,14 @@ def make_in_place(
     )
 
 
-def told(attempt: int, when: str, restarts: int) -> dict[str, str]:
-    """The annotations that tell a pod its next attempt, with ``when`` (RFC 3339) and its
-    trainer's restart count then (``restarts``): the restart is timed from the first and seen
-    past the second (``decide.inplace``)."""
-    return {
+def told(attempt: int, when: str, restarts: int, container: str | None = None) -> dict[str, str]:
+    """The annotations that tell a pod its next attempt, with ``when`` (RFC 3339), its trainer's
+    restart count then (``restarts``) and the ID of its trainer's container then (``container``,
+    if it has one): the restart is timed from the first and seen past the second, and never in a
+    status still of that container (``model.workers``)."""
+    said = {
         c.ATTEMPT_ANNOTATION: str(attempt),
         c.TOLD_AT_ANNOTATION: when,
         c.TOLD_RESTARTS_ANNOTATION: str(restarts),
     }
+    return said | ({c.TOLD_CONTAINER_ANNOTATION: container} if container else {})

@@ -181,9 +181,11 @@ RESTART_RECREATE = "Recreate"
 # RestartAllContainers) once the pod's attempt moves on, or 0 once the job has finished.
 ATTEMPT_ANNOTATION = f"{GROUP}/attempt"
 FINISHED_ANNOTATION = f"{GROUP}/finished"
-# Written with the attempt it gives a pod: when (RFC 3339), and its trainer's restart count then.
+# Written with the attempt it gives a pod: when (RFC 3339), its trainer's restart count then, and
+# the ID of the trainer's container then (a status still of that run is no end of the attempt).
 TOLD_AT_ANNOTATION = f"{GROUP}/told-at"
 TOLD_RESTARTS_ANNOTATION = f"{GROUP}/restarts-when-told"
+TOLD_CONTAINER_ANNOTATION = f"{GROUP}/container-when-told"
 # When the operator last nudged a told pod not yet restarted: any change of a pod has its
 # kubelet sync it, refreshing the watch's volume (``decide.inplace``).
 NUDGED_AT_ANNOTATION = f"{GROUP}/nudged-at"

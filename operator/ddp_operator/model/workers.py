@@ -50,6 +50,7 @@ class WorkerPod:
     told_at: str | None = None
     nudged_at: str | None = None
     restart_pending: bool = False  # told, its trainer not restarted since (``_in_place``)
+    trainer_container: str | None = None  # its trainer's container's ID now (what a tell records)
     restarted: int = 0
     reran: int = 0
     failed_in_place: bool = False
@@ -152,6 +153,13 @@ def _in_place(
         pending = restarted < told - attempt
     trainer_state = cs.get("state") or {}
     ended = trainer_state.get("terminated")
+    # Or the status is still of the container it ran when told, whatever the count says (the
+    # kubelet moves the count as it removes the containers): that run's end is no end of the
+    # attempt told, and its restart is still to come (CI of 23ec7d8: a job restarted twice
+    # for one failure, the second time for its first attempt's exit code).
+    container = cs.get("containerID") or (ended or {}).get("containerID")
+    told_container = annotations.get(c.TOLD_CONTAINER_ANNOTATION)
+    pending = pending or bool(told_container and container == told_container)
     watching = status.get("phase") == "Running" and "running" in (watch.get("state") or {})
     found: dict[str, Any] = {
         "in_place": True,
@@ -159,6 +167,7 @@ def _in_place(
         "told_at": annotations.get(c.TOLD_AT_ANNOTATION),
         "nudged_at": annotations.get(c.NUDGED_AT_ANNOTATION),
         "restart_pending": pending,
+        "trainer_container": container,
         "restarted": restarted,
         "reran": int(watch.get("restartCount") or 0),
         "watching": watching,
