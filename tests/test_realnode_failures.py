@@ -14,7 +14,7 @@ import pytest
 from harness import jobs, pods
 from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess
-from harness.realnode import NODE, kubectl_ddp, shell_job, trainer_job, trainer_status
+from harness.realnode import NODE, kubectl_ddp, shell_job, touch, trainer_job, trainer_status
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -181,8 +181,7 @@ def test_the_first_failure_is_named_first_and_the_collateral_counted(
 
     wait_for(lambda: trainer_running("first-worker-1"), timeout=180, what="worker 1 running")
     ops[0].kill()
-    go = ("exec", "-n", namespace, "first-worker-1", "-c", "trainer", "--", "touch", "/tmp/go")
-    cluster.kubectl(*go)
+    touch(cluster, namespace, "first-worker-1", "/tmp/go")
     wait_for(
         lambda: ended("first-worker-0") and ended("first-worker-1"),
         timeout=120,
@@ -284,8 +283,7 @@ def test_the_cause_s_own_log_decides_though_its_echo_ended_first(
     wait_for(ready, timeout=300, what="every torchrun ended")
     ops[0].kill()
     for pod in pods_:  # worker 0, then worker 1 (an exec later: within the same few seconds)
-        end = ("exec", "-n", namespace, pod, "-c", "trainer", "--", "touch", "/tmp/end")
-        cluster.kubectl(*end, check=False)  # 137 where the container ends first (as told)
+        touch(cluster, namespace, pod, "/tmp/end")
 
     def ended(pod: str) -> bool:
         status = trainer_status(cluster, namespace, pod)
@@ -343,8 +341,7 @@ def test_an_echo_seen_alone_waits_for_its_cause_whose_rule_then_decides(
 
     ready = lambda: held(cluster, namespace, echo) and held(cluster, namespace, cause)  # noqa: E731
     wait_for(ready, timeout=300, what="both torchruns ended")
-    end = ("exec", "-n", namespace, echo, "-c", "trainer", "--", "touch", "/tmp/end")
-    cluster.kubectl(*end, check=False)
+    touch(cluster, namespace, echo, "/tmp/end")
     # The operator sees the echo failed alone and reads its log (its first sight of it, from
     # which the cause has 5 s): then the cause ends.
     wait_for(
@@ -356,8 +353,7 @@ def test_an_echo_seen_alone_waits_for_its_cause_whose_rule_then_decides(
         interval=0.2,
         what="the echo's log read",
     )
-    end = ("exec", "-n", namespace, cause, "-c", "trainer", "--", "touch", "/tmp/end")
-    cluster.kubectl(*end, check=False)
+    touch(cluster, namespace, cause, "/tmp/end")
     done = wait_for(
         lambda: (
             (j := jobs.get(cluster, namespace, "echo-live"))

@@ -22,6 +22,7 @@ import yaml
 
 from harness.cluster import ROOT, Cluster, tool, wait_for
 from harness.pages import blocks, run_blocks, user_env
+from harness.realnode import touch
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.serial, pytest.mark.timeout(2400)]
 
@@ -273,7 +274,7 @@ def test_an_upgrade_from_the_previous_release_as_the_page_says_keeps_a_running_j
     assert f"{REGISTRY}/ddp-operator:{version}" in deployment
 
     for name in pods:
-        cluster.kubectl("exec", "-n", TEAM, name, "-c", "trainer", "--", "touch", "/tmp/go")
+        touch(cluster, TEAM, name, "/tmp/go")
     wait_for(
         lambda: job().get("status", {}).get("phase") in ("Succeeded", "Failed"),
         timeout=300,

@@ -27,7 +27,7 @@ from ddp_operator.api.transport import StatusConflict
 from harness import jobs
 from harness.cluster import Cluster, wait_for
 from harness.operator import OperatorProcess, free_port
-from harness.realnode import kubectl_ddp, shell_job
+from harness.realnode import kubectl_ddp, shell_job, touch
 from jobs import ddpjob
 
 
@@ -129,7 +129,7 @@ def let_go(cluster: Cluster, ns: str, pod: str, attempt: int) -> None:
         )
 
     wait_for(runs, timeout=120, what=f"{pod} running attempt {attempt}")
-    cluster.kubectl("exec", "-n", ns, pod, "-c", "trainer", "--", "touch", "/tmp/go")
+    touch(cluster, ns, pod, "/tmp/go")
 
 
 DECIDED = re.compile(r"ddpjob \S+/sb: RestartingInPlace: .*\(restart (\d) of backoffLimit")

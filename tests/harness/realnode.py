@@ -150,6 +150,16 @@ def ctr(*args: str, node: str = NODE) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
+def touch(cluster: Cluster, ns: str, pod: str, path: str) -> None:
+    """Create ``path`` in ``pod``'s trainer (``kubectl exec``): the test's word to a script that
+    waits for it. Exit code 137 is taken as said: the script, let go, ended its container before
+    the exec's own process had ended, which the container's end kills (CI of 0a29188); any other
+    failure raises, and what the script does next shows whether it heard."""
+    done = cluster.kubectl("exec", "-n", ns, pod, "-c", "trainer", "--", "touch", path, check=False)
+    if done.returncode not in (0, 137):
+        raise AssertionError(f"touch {path} in {pod}: exit {done.returncode}: {done.stderr}")
+
+
 def trainer_status(cluster: Cluster, ns: str, pod: str) -> Any:
     """The status of the pod's trainer container (the statuses come sorted by name)."""
     statuses = cluster.core.read_namespaced_pod(pod, ns).status.container_statuses or []
