@@ -12,7 +12,7 @@ import pytest
 
 from harness import jobs, pylibs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import trainer_job
+from harness.realnode import trainer_job, trainer_status
 from harness.reporting import Reporting, worker_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
@@ -223,8 +223,7 @@ def restart_record(
     """Why a job restarted more than it asked for, in a few lines (CI shows only the assertion's
     message): its Events (the time between two restarts is how long an attempt ran), the steps it
     showed by attempt, its first failure, and its worker 0's trainer as the kubelet last saw it."""
-    pod = cluster.core.read_namespaced_pod(f"{name}-worker-0", ns)
-    trainer = next(s for s in pod.status.container_statuses or () if s.name == "trainer")
+    trainer = trainer_status(cluster, ns, f"{name}-worker-0")
     said = [f"{e.get('lastTimestamp')} {e['reason']}: {e['message'][:160]}" for e in
             jobs.events(cluster, ns, name)]  # fmt: skip
     return "\n".join(
