@@ -12,7 +12,7 @@ import pytest
 
 from harness import jobs, pylibs
 from harness.cluster import Cluster, wait_for
-from harness.realnode import trainer_job, trainer_status
+from harness.realnode import trainer_job
 from harness.reporting import Reporting, worker_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(1200)]
@@ -62,9 +62,23 @@ def run_framework_script(
             seen.append(p)
         return (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
-    wait_for(finished, timeout=300, interval=0.3, what=f"job {name} to finish")
+    try:
+        wait_for(finished, timeout=300, interval=0.3, what=f"job {name} to finish")
+    except AssertionError as late:
+        steps = [(p.get("attempt"), p.get("step")) for p in seen]
+        said = f"{late}\n{jobs.record(cluster, ns, name)}\nsteps seen: {steps}"
+        raise AssertionError(f"{said}\n{_log_tail(cluster, ns, f'{name}-worker-0')}") from None
     status = (jobs.get(cluster, ns, name) or {})["status"]
     return status, seen, worker_log(cluster, ns, f"{name}-worker-0")
+
+
+def _log_tail(cluster: Cluster, ns: str, pod: str, lines: int = 30) -> str:
+    """The last lines of a pod's trainer log, or why it cannot be read (for a failure)."""
+    try:
+        tail = worker_log(cluster, ns, pod).splitlines()[-lines:]
+    except Exception as exc:  # what a failure says: it cannot hide the failure itself
+        return f"its trainer's log cannot be read: {exc}"
+    return "\n".join(["its trainer's log, last lines:", *tail])
 
 
 HUGGING_FACE = """
@@ -220,19 +234,14 @@ print("TRAINED", flush=True)
 def restart_record(
     cluster: Cluster, ns: str, name: str, status: dict[str, Any], seen: list[dict[str, Any]]
 ) -> str:
-    """Why a job restarted more than it asked for, in a few lines (CI shows only the assertion's
-    message): its Events (the time between two restarts is how long an attempt ran), the steps it
-    showed by attempt, its first failure, and its worker 0's trainer as the kubelet last saw it."""
-    trainer = trainer_status(cluster, ns, f"{name}-worker-0")
-    said = [f"{e.get('lastTimestamp')} {e['reason']}: {e['message'][:160]}" for e in
-            jobs.events(cluster, ns, name)]  # fmt: skip
+    """Why a job restarted more than it asked for, in a few lines: the job and its pods
+    (``jobs.record``: the time between two restarts is how long an attempt ran), the steps it
+    showed by attempt, and its first failure."""
     return "\n".join(
         [
-            *said,
+            jobs.record(cluster, ns, name),
             f"steps seen (attempt, step): {[(p.get('attempt'), p.get('step')) for p in seen]}",
             f"firstFailure: {status.get('firstFailure')}",
-            f"trainer: restarts {trainer.restart_count}, state {trainer.state.to_dict()}, "
-            f"last {trainer.last_state.to_dict()}",
         ]
     )
 

@@ -8,7 +8,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from conftest import TEST_NS_PREFIX
@@ -42,9 +42,11 @@ STYLES = [
 ]
 
 
-def assert_all_ranks(logs: str, world: int) -> None:
+def assert_all_ranks(logs: str, world: int, record: Callable[[], str] = str) -> None:
+    """Every rank of ``world`` all-reduced right, once, in ``logs``; ``record``: what else a
+    failure says (``jobs.record``: a worker's log missing, where its pod is)."""
     found = RESULT.findall(logs)
-    assert sorted(int(r) for _, r, _, _ in found) == list(range(world)), logs
+    assert sorted(int(r) for _, r, _, _ in found) == list(range(world)), f"{logs}\n{record()}"
     assert {(ok, int(w), int(s)) for ok, _, w, s in found} == {
         ("ok", world, world * (world + 1) // 2)
     }, logs
@@ -174,7 +176,7 @@ def test_launch_style_runs_unchanged_in_real_pods(
     job = launched.finished(style)
     logs = kubectl_ddp(cluster, "logs", style, "-n", launched.ns)
     assert job["status"]["phase"] == "Succeeded", (job["status"], logs)
-    assert_all_ranks(logs, world)
+    assert_all_ranks(logs, world, lambda: jobs.record(cluster, launched.ns, style))
     _on_the_real_node(cluster, launched.ns, style)
     if style == "platform-script":  # VC_WORKER_HOSTS, from the job's ConfigMap: every worker
         hosts = ",".join(f"{style}-worker-{i}.{style}" for i in range(2))
@@ -187,7 +189,8 @@ def test_torchrun_across_two_real_pods(cluster: Cluster, launched: Launches) -> 
     status` the real exit codes."""
     job = launched.finished("torchrun-bare")
     assert job["status"]["phase"] == "Succeeded", job["status"]
-    assert_all_ranks(kubectl_ddp(cluster, "logs", "torchrun-bare", "-n", launched.ns), 4)
+    logs = kubectl_ddp(cluster, "logs", "torchrun-bare", "-n", launched.ns)
+    assert_all_ranks(logs, 4, lambda: jobs.record(cluster, launched.ns, "torchrun-bare"))
     status = kubectl_ddp(cluster, "status", "torchrun-bare", "-n", launched.ns)
     assert "Succeeded" in status and (NODE in status or NODE_1 in status), status
 

@@ -105,3 +105,42 @@ def wait_running(
     return wait_for(
         probe, timeout=timeout, what=f"{n} running workers of {job} (attempt {attempt})"
     )
+
+
+def _container_line(cs: dict[str, Any]) -> str:
+    """One container's status in a line: its state, restarts and container ID (short)."""
+    state = cs.get("state") or {}
+    kind = next(iter(state), "none")
+    detail = state.get(kind) or {}
+    said = {k: detail[k] for k in ("reason", "exitCode", "startedAt", "finishedAt") if k in detail}
+    last = next(iter((cs.get("lastState") or {}).values()), None) or {}
+    was = f", last exit {last.get('exitCode')} at {last.get('finishedAt')}" if last else ""
+    cid = (cs.get("containerID") or "").removeprefix("containerd://")[:12]
+    return f"{cs['name']}: {kind} {said}, restarts {cs.get('restartCount')}, id {cid}{was}"
+
+
+def record(cluster: Cluster, ns: str, name: str) -> str:
+    """What a failing test needs to say about a job, in a few lines (CI shows only the
+    assertion's message): its phase, restarts and conditions, its Events, and each worker pod
+    (node, phase, annotations of the operator, every container's status)."""
+    job = get(cluster, ns, name) or {}
+    status = job.get("status") or {}
+    lines = [f"job {ns}/{name}: phase {status.get('phase')}, restarts {status.get('restarts')}"]
+    lines += [
+        f"  condition {c.get('type')}={c.get('status')} {c.get('reason')}: "
+        f"{(c.get('message') or '')[:160]}"
+        for c in status.get("conditions") or []
+    ]
+    lines += [
+        f"  event {e.get('lastTimestamp')} {e.get('reason')}: {(e.get('message') or '')[:160]}"
+        for e in events(cluster, ns, name)
+    ]
+    for pod in workers(cluster, ns, name):
+        meta, pod_status = pod["metadata"], pod.get("status") or {}
+        said = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(GROUP)}
+        lines.append(
+            f"  pod {meta['name']} ({meta.get('uid')}) on {pod['spec'].get('nodeName')}: "
+            f"{pod_status.get('phase')}, deleting {meta.get('deletionTimestamp')}, {said}"
+        )
+        lines += [f"    {_container_line(cs)}" for cs in pod_status.get("containerStatuses") or []]
+    return "\n".join(lines)

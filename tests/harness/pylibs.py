@@ -23,6 +23,7 @@ CACHE = Path(os.environ.get("DDP_CACHE", Path.home() / ".cache" / "ddp-operator"
 # The trainer image's Python is 3.11, as the test venv's: the wheels fit both.
 TRANSFORMERS = ("transformers==5.24.0",)  # KubeflowCallback: transformers 5.4 and later
 ACCELERATE = ("accelerate==1.13.0", "psutil==7.2.2")  # the Trainer's; its torch is the image's
+COMPILED = ".compiled"  # in a folder whose modules are compiled (``compiled``)
 LIGHTNING = (  # each alone: their torch is the image's
     "lightning==2.6.6",
     "lightning-utilities==0.15.3",
@@ -37,25 +38,41 @@ LIGHTNING = (  # each alone: their torch is the image's
 
 def folder(name: str, with_deps: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
     """The folder holding ``with_deps`` (and their dependencies) and ``no_deps`` (alone), built
-    if missing (one build at a time; a half-built folder is never used)."""
+    if missing (one build at a time; a half-built folder is never used), and compiled
+    (``compiled``)."""
     key = "-".join(p.replace("==", "-") for p in (*with_deps, *no_deps))
     done = CACHE / f"{name}-py{sys.version_info.major}{sys.version_info.minor}-{key}"
-    if done.is_dir():
+    if (done / COMPILED).exists():
         return done
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_dir():
-            return done
-        work = done.with_name(done.name + ".tmp")
-        shutil.rmtree(work, ignore_errors=True)
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(work)]
-        if with_deps:
-            subprocess.run([*pip, *with_deps], check=True, timeout=900)
-        if no_deps:
-            subprocess.run([*pip, "--no-deps", *no_deps], check=True, timeout=900)
-        work.rename(done)
+        if not done.is_dir():
+            work = done.with_name(done.name + ".tmp")
+            shutil.rmtree(work, ignore_errors=True)
+            pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(work)]
+            if with_deps:
+                subprocess.run([*pip, *with_deps], check=True, timeout=900)
+            if no_deps:
+                subprocess.run([*pip, "--no-deps", *no_deps], check=True, timeout=900)
+            work.rename(done)
+        compiled(done)
     return done
+
+
+def compiled(lib: Path) -> None:
+    """Compile every module of ``lib`` once, then mark it (COMPILED). The pods mount it
+    read-only, where Python cannot write what it compiles: a module without its ``.pyc`` is
+    compiled again at each import, in each process (transformers' Trainer, thousands of
+    lines). The pods' Python is this one's version (3.11), so they read these. Exit code 1 is a
+    file that does not compile, which nothing imports (a package's templates); any other fails."""
+    if (lib / COMPILED).exists():
+        return
+    cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", str(lib)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"compileall {lib}: exit {done.returncode}: {done.stderr[-2000:]}")
+    (lib / COMPILED).touch()
 
 
 def transformers() -> Path:
