@@ -235,3 +235,19 @@ def test_a_kubeflow_script_s_evaluation_is_no_stall_while_a_worker_computes() ->
     assert stall is not None and stall.message.endswith(
         "; its processes still compute, past the 3600s allowed to a stretch without steps"
     )
+
+
+def test_one_failed_probe_is_no_end_of_a_kubeflow_script_s_evaluation() -> None:
+    """A watch unready for less than SETTLES has had one probe fail (an exec that timed out on
+    a loaded node reads as quiet until the next probe passes): its worker still computes, and
+    the job is looked at again once the spell would count. A spell that has lasted SETTLES is
+    the watch's judgement: with every worker quiet, the step stall stands."""
+    evaluating = {"attempt": 0, "step": 40, "advanced": at(90), "protocol": "kubeflow"}
+    young = quiet.SETTLES - 3
+    one_probe = {0: worker(0, quiet_for=young), 1: worker(1, quiet_for=80)}
+    stall, later = quiet.stalled(JOB, running(), one_probe, evaluating, {}, 0, NOW)
+    assert stall is None and later == pytest.approx(3)
+    settled = {0: worker(0, quiet_for=quiet.SETTLES), 1: worker(1, quiet_for=80)}
+    stall, _ = quiet.stalled(JOB, running(), settled, evaluating, {}, 0, NOW)
+    assert stall is not None and stall.reason == "Stalled"
+    assert quiet.SETTLES > c.QUIET_PROBE_SECONDS  # a second probe has had its say

@@ -33,7 +33,9 @@ KubeflowCallback, which posts at step ends only) cannot announce a phase. Its st
 (``hangs``) is put off while some worker computes by the same signal (an in-place pod not quiet
 whose ranks do not say they stand still: an evaluation), for up to UNANNOUNCED seconds from the
 step's last advance, as an announced phase with no bound; where no worker is seen computing (all
-quiet, or pods with no watch) it stands.
+quiet, or pods with no watch) it stands. A pod quiet for less than SETTLES still counts as
+computing: one readiness probe that failed (an exec timed out on a loaded node) is no judgement
+of the watch's, and it would restart a job mid-evaluation.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ from .hangs import blamed, timeout
 from .hangs import check as steps_stalled
 
 AGAIN = 5.0  # seconds: a look again while the ranks' stacks have yet to say the timeout passed
+# Seconds a pod's quiet spell must have lasted to say its processes stopped computing: a second
+# probe has said it too. One failed readiness probe (an exec that timed out on a loaded node)
+# reads as quiet until the next one passes, a period later (``computing``).
+SETTLES = c.QUIET_PROBE_SECONDS + 5
 UNANNOUNCED = PHASE_DEFAULT  # seconds a Kubeflow-protocol script may compute without a step
 KUBEFLOW = "kubeflow"  # ``status.progress.protocol`` (``kubeflow_status.PROTOCOL``)
 
@@ -101,8 +107,8 @@ def _unannounced(
     clock = max((t for t in starts if t is not None), default=now)
     limit = max(UNANNOUNCED, timeout(job, progress))
     left = (clock + timedelta(seconds=limit) - now).total_seconds()
-    if left > 0:
-        return None, left
+    if left > 0:  # looked at again then, or once a quiet spell too young to count has lasted
+        return None, min([left, *_settling(current, now)])
     words = f"; its processes still compute, past the {limit}s allowed to a stretch without steps"
     return dataclasses.replace(stall, message=stall.message + words), None
 
@@ -115,11 +121,27 @@ def computing(
     now: datetime,
 ) -> bool:
     """Whether some worker's processes compute: an in-place pod (its watch judges them) that is
-    not quiet, and whose ranks' own stacks do not say they stand still (NCCL spins)."""
+    not quiet, or quiet for less than SETTLES (one probe's word), and whose ranks' own stacks do
+    not say they stand still (NCCL spins)."""
     return any(
-        p.in_place and not p.quiet_since and _still(stacks, i, procs, started, now) is None
+        p.in_place
+        and not _quiet_for(p, now, SETTLES)
+        and _still(stacks, i, procs, started, now) is None
         for i, p in current.items()
     )
+
+
+def _quiet_for(pod: WorkerPod, now: datetime, seconds: float) -> bool:
+    """Whether the pod's watch has found its processes quiet for ``seconds`` at least."""
+    since = parse_time(pod.quiet_since)
+    return since is not None and (now - since).total_seconds() >= seconds
+
+
+def _settling(current: Mapping[int, WorkerPod], now: datetime) -> list[float]:
+    """Seconds until each quiet spell too young to count has lasted SETTLES."""
+    spells = (parse_time(p.quiet_since) for p in current.values() if p.in_place)
+    ages = [(now - since).total_seconds() for since in spells if since is not None]
+    return [SETTLES - age for age in ages if age < SETTLES]
 
 
 def check(
