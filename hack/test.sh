@@ -104,12 +104,18 @@ if [[ -n "$local_cluster" ]]; then
   # meanwhile; their tests wait for them (build.sh's lock) if they are not done.
   (for t in scheduler-plugins volcano kueue; do nice -n 19 hack/cluster/build.sh "$t"; done \
     >/dev/null 2>&1 &)
-  # Likewise the images of tests/images/ (nothing of the project in them), for their tests; the
-  # largest first, while the disk holds the fewest archives (trixie-torch28 takes 26 GiB at its
-  # peak).
-  (for f in trixie-torch28 debian-torch no-shell; do
-    nice -n 19 hack/cluster/image.sh foreign "$f"
-  done >/dev/null 2>&1 &)
+  # Likewise the images of tests/images/ (nothing of the project in them), for their tests, each
+  # of which waits for its own only: the quickest first (debian-torch takes the trainer image's
+  # torch layer, no-shell is built on it; minutes), for the six tests that wait on debian-torch;
+  # trixie-torch28 (torch 2.8 for Python 3.13, about 14 minutes; 26 GiB at its peak) last. After
+  # the trainer image (cluster.sh up's, taken from it: buildah builds one at a time, and one of
+  # these first would hold the cluster back and install torch twice).
+  ({
+    nice -n 19 hack/cluster/image.sh trainer
+    for f in debian-torch no-shell trixie-torch28; do
+      nice -n 19 hack/cluster/image.sh foreign "$f"
+    done
+  } >/dev/null 2>&1 &)
   if ! hack/cluster/cluster.sh status >/dev/null 2>&1; then
     hack/cluster/cluster.sh up || exit 1
     started=1

@@ -137,14 +137,10 @@ def images(cluster: Cluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def foreign_images(images: dict[str, str]) -> dict[str, str]:
+def foreign_images(images: dict[str, str]) -> realnode.ForeignImages:
     """The images that carry nothing of the project (tests/images/), on the real node: their
-    names by folder. Built first with no lock of the node held: the other sessions' steps on
-    the node go on meanwhile (make test builds them in the background from its start)."""
-    for name in realnode.FOREIGN:
-        realnode.built(name)
-    with exclusively("realnode"):
-        return {name: realnode.foreign(name) for name in realnode.FOREIGN}
+    names by folder, each made ready when a test first asks for it (``ForeignImages``)."""
+    return realnode.ForeignImages()
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,8 @@ from harness.operator import OperatorProcess, helpers_image
 from harness.realnode import trainer_job
 from harness.reporting import Reporting
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+# 2400: on a cold machine a test may wait about 20 minutes for its image (hack/test.sh).
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
 
 # The script from $SCRIPT, as /tmp/t.py, by Python alone: no shell in any of these images needed.
 RUN = ["python3", "-c", "import os; exec(compile(os.environ['SCRIPT'], '/tmp/t.py', 'exec'))"]

@@ -14,7 +14,8 @@ from harness import jobs
 from harness.cluster import Cluster, wait_for
 from harness.reporting import Reporting, progress
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(900)]
+# 2400: on a cold machine a test may wait about 20 minutes for its image (hack/test.sh).
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.timeout(2400)]
 
 REPORTS_AND_FAILS_ONCE = """
 import os, sys, time

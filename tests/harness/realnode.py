@@ -10,10 +10,11 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .cluster import ROOT, Cluster, wait_for
+from .cluster import ROOT, Cluster, exclusively, wait_for
 from jobs import ddpjob
 
 REALNODE_SH = ROOT / "hack" / "cluster" / "realnode.sh"
@@ -59,7 +60,7 @@ def images() -> dict[str, str]:
 
 
 # The images of tests/images/: nothing of the project in them (issue 69).
-FOREIGN = ("trixie-torch28", "debian-torch", "no-shell")  # the largest built first
+FOREIGN = ("debian-torch", "no-shell", "trixie-torch28")  # as make test builds them (test.sh)
 
 
 def built(name: str) -> None:
@@ -75,6 +76,33 @@ def foreign(name: str) -> str:
     """The name of the foreign image ``name`` (tests/images/NAME/Dockerfile: nothing of the
     project in it), built or taken from the cache and imported into the node."""
     return realnode("foreign", name)
+
+
+class ForeignImages(Mapping[str, str]):
+    """The foreign images on the real node by folder name, each built (or taken from the cache)
+    and imported the first time a test asks for it: a test waits for its own image only. On a
+    cold machine make test builds them in the background from its start, one after the other,
+    and a test of one built early need not wait for the others. The build holds no lock of the
+    node (the other sessions' steps on the node go on meanwhile); the import holds
+    ``realnode``'s."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        if name not in FOREIGN:
+            raise KeyError(name)
+        if name not in self.names:
+            built(name)
+            with exclusively("realnode"):
+                self.names[name] = foreign(name)
+        return self.names[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FOREIGN)
+
+    def __len__(self) -> int:
+        return len(FOREIGN)
 
 
 def pod_on_real_node(name: str, image: str, command: list[str], **spec: Any) -> dict:
