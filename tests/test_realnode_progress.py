@@ -10,6 +10,7 @@ import re
 import subprocess
 import urllib.error
 import urllib.request
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -277,9 +278,14 @@ def test_a_group_restart_resumes_from_the_job_s_checkpoint_and_reports_anew(
     ledger = status["goodput"]
     assert ledger["failures"] == 1 and ledger["stepsLost"] == first["stepsLost"], ledger
     assert ledger["restartsWithoutProgress"] == 0, ledger
-    # The time it cost, measured: to its detection, to the group running, to its first report.
+    # The time it cost, measured: to its detection, to the group running, to its first report,
+    # which came before the job's end (its length is the machine's: no bound of seconds here).
     seconds = [first[k] for k in ("detectedSeconds", "runningAgainSeconds", "firstStepSeconds")]
-    assert 0 <= seconds[0] <= seconds[1] <= seconds[2] < 60, first
+    assert 0 <= seconds[0] <= seconds[1] <= seconds[2], first
+    detected, done = (
+        datetime.fromisoformat(t) for t in (first["detectedAt"], status["completionTime"])
+    )
+    assert seconds[2] - seconds[0] <= (done - detected).total_seconds() + 1, (first, status)
     assert ledger["lostSeconds"] >= seconds[2], ledger
     assert 0 < ledger["ratio"] < 1, ledger
     m = scrape(reporting.metrics)
