@@ -237,17 +237,26 @@ def test_a_kubeflow_script_s_evaluation_is_no_stall_while_a_worker_computes() ->
     )
 
 
-def test_one_failed_probe_is_no_end_of_a_kubeflow_script_s_evaluation() -> None:
-    """A watch unready for less than SETTLES has had one probe fail (an exec that timed out on
-    a loaded node reads as quiet until the next probe passes): its worker still computes, and
-    the job is looked at again once the spell would count. A spell that has lasted SETTLES is
-    the watch's judgement: with every worker quiet, the step stall stands."""
-    evaluating = {"attempt": 0, "step": 40, "advanced": at(90), "protocol": "kubeflow"}
-    young = quiet.SETTLES - 3
-    one_probe = {0: worker(0, quiet_for=young), 1: worker(1, quiet_for=80)}
-    stall, later = quiet.stalled(JOB, running(), one_probe, evaluating, {}, 0, NOW)
-    assert stall is None and later == pytest.approx(3)
-    settled = {0: worker(0, quiet_for=quiet.SETTLES), 1: worker(1, quiet_for=80)}
-    stall, _ = quiet.stalled(JOB, running(), settled, evaluating, {}, 0, NOW)
+def test_the_watch_s_word_counts_against_an_evaluation_once_it_has_had_time_to_change() -> None:
+    """The watch judges a window and its probe says so a period later: work that began after a
+    quiet window reads as quiet for up to two windows and a period. So a worker counts as quiet
+    only once it has been for SETTLES since the later of its spell's start and the step's last
+    advance, and the job is looked at again then. Seen in run 98: a resumed Trainer's 2 s steps
+    barely computed (the watch said quiet), its callback skipped the last step's post (one every
+    5 s at most), and the evaluation at the end was taken for a stall 30 s after step 29."""
+    assert quiet.SETTLES >= 2 * c.QUIET_WINDOW_SECONDS + c.QUIET_PROBE_SECONDS
+    brief = job(timeoutSeconds=30)  # the test's: under SETTLES
+    recent = {"attempt": 1, "step": 29, "advanced": at(31), "protocol": "kubeflow"}
+    # Quiet since before the step: the judgement of the steps, not of what came after.
+    stepping = {0: worker(0, quiet_for=80), 1: worker(1, quiet_for=80)}
+    stall, later = quiet.stalled(brief, running(), stepping, recent, {}, 1, NOW)
+    assert stall is None and later == pytest.approx(quiet.SETTLES - 31)
+    # One failed probe a moment ago, long after the step: too young as well.
+    evaluating = {**recent, "advanced": at(90)}
+    one_probe = {0: worker(0, quiet_for=3), 1: worker(1, quiet_for=80)}
+    stall, later = quiet.stalled(brief, running(), one_probe, evaluating, {}, 1, NOW)
+    assert stall is None and later == pytest.approx(quiet.SETTLES - 3)
+    # Quiet for SETTLES after the step: the watch's judgement; every worker so, the stall stands.
+    settled = {**recent, "advanced": at(quiet.SETTLES)}
+    stall, _ = quiet.stalled(brief, running(), stepping, settled, {}, 1, NOW)
     assert stall is not None and stall.reason == "Stalled"
-    assert quiet.SETTLES > c.QUIET_PROBE_SECONDS  # a second probe has had its say

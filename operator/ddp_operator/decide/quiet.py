@@ -33,9 +33,11 @@ KubeflowCallback, which posts at step ends only) cannot announce a phase. Its st
 (``hangs``) is put off while some worker computes by the same signal (an in-place pod not quiet
 whose ranks do not say they stand still: an evaluation), for up to UNANNOUNCED seconds from the
 step's last advance, as an announced phase with no bound; where no worker is seen computing (all
-quiet, or pods with no watch) it stands. A pod quiet for less than SETTLES still counts as
-computing: one readiness probe that failed (an exec timed out on a loaded node) is no judgement
-of the watch's, and it would restart a job mid-evaluation.
+quiet, or pods with no watch) it stands. The watch's word lags: a pod counts as quiet only
+once it has said so for SETTLES after the later of its spell's start and the step's last advance
+(two windows and a probe period, and a margin). A judgement of the steps before (a script whose
+steps barely compute, or whose callback skipped the last post: it posts every 5 s at most), one
+window straddling the evaluation's start, or one failed probe would end an evaluation.
 """
 
 from __future__ import annotations
@@ -57,10 +59,11 @@ from .hangs import blamed, timeout
 from .hangs import check as steps_stalled
 
 AGAIN = 5.0  # seconds: a look again while the ranks' stacks have yet to say the timeout passed
-# Seconds a pod's quiet spell must have lasted to say its processes stopped computing: a second
-# probe has said it too. One failed readiness probe (an exec that timed out on a loaded node)
-# reads as quiet until the next one passes, a period later (``computing``).
-SETTLES = c.QUIET_PROBE_SECONDS + 5
+# Seconds a pod's quiet must have lasted, from the later of its spell's start and the step's last
+# advance, to say its processes stopped computing (``computing``): the watch judges a window and
+# its probe says so a period later, so work that began after a quiet window reads as quiet for up
+# to two windows and a period (a window straddling its start judged quiet), plus the margin.
+SETTLES = 2 * c.QUIET_WINDOW_SECONDS + c.QUIET_PROBE_SECONDS + 10
 UNANNOUNCED = PHASE_DEFAULT  # seconds a Kubeflow-protocol script may compute without a step
 KUBEFLOW = "kubeflow"  # ``status.progress.protocol`` (``kubeflow_status.PROTOCOL``)
 
@@ -101,14 +104,14 @@ def _unannounced(
     computes, up to UNANNOUNCED seconds from the step's last advance; past it, said so."""
     running = condition(status.get("conditions") or [], c.COND_RUNNING) or {}
     started = parse_time(running.get("lastTransitionTime"))
-    if not computing(current, stacks, job.procs_per_node, started, now):
-        return stall, None
     starts = (parse_time(progress.get("advanced") or progress.get("updated")), started)
     clock = max((t for t in starts if t is not None), default=now)
+    if not computing(current, stacks, job.procs_per_node, started, now, clock):
+        return stall, None
     limit = max(UNANNOUNCED, timeout(job, progress))
     left = (clock + timedelta(seconds=limit) - now).total_seconds()
     if left > 0:  # looked at again then, or once a quiet spell too young to count has lasted
-        return None, min([left, *_settling(current, now)])
+        return None, min([left, *_settling(current, now, clock)])
     words = f"; its processes still compute, past the {limit}s allowed to a stretch without steps"
     return dataclasses.replace(stall, message=stall.message + words), None
 
@@ -119,29 +122,34 @@ def computing(
     procs: int,
     started: datetime | None,
     now: datetime,
+    advanced: datetime | None = None,
 ) -> bool:
-    """Whether some worker's processes compute: an in-place pod (its watch judges them) that is
-    not quiet, or quiet for less than SETTLES (one probe's word), and whose ranks' own stacks do
-    not say they stand still (NCCL spins)."""
+    """Whether some worker's processes compute: an in-place pod (its watch judges them) not
+    quiet for SETTLES since the later of its spell's start and ``advanced`` (the step's last
+    advance), and whose ranks' own stacks do not say they stand still (NCCL spins)."""
     return any(
         p.in_place
-        and not _quiet_for(p, now, SETTLES)
+        and _quiet_age(p, now, advanced) < SETTLES
         and _still(stacks, i, procs, started, now) is None
         for i, p in current.items()
     )
 
 
-def _quiet_for(pod: WorkerPod, now: datetime, seconds: float) -> bool:
-    """Whether the pod's watch has found its processes quiet for ``seconds`` at least."""
+def _quiet_age(pod: WorkerPod, now: datetime, advanced: datetime | None) -> float:
+    """Seconds the pod has been quiet, counted from the later of its spell's start and
+    ``advanced``; -1 where it is not quiet."""
     since = parse_time(pod.quiet_since)
-    return since is not None and (now - since).total_seconds() >= seconds
+    if since is None:
+        return -1.0
+    return (now - max(since, advanced or since)).total_seconds()
 
 
-def _settling(current: Mapping[int, WorkerPod], now: datetime) -> list[float]:
+def _settling(
+    current: Mapping[int, WorkerPod], now: datetime, advanced: datetime | None
+) -> list[float]:
     """Seconds until each quiet spell too young to count has lasted SETTLES."""
-    spells = (parse_time(p.quiet_since) for p in current.values() if p.in_place)
-    ages = [(now - since).total_seconds() for since in spells if since is not None]
-    return [SETTLES - age for age in ages if age < SETTLES]
+    ages = [_quiet_age(p, now, advanced) for p in current.values() if p.in_place]
+    return [SETTLES - age for age in ages if 0 <= age < SETTLES]
 
 
 def check(
