@@ -155,8 +155,7 @@ def _in_place(
     ended = trainer_state.get("terminated")
     # Or the status is still of the container it ran when told, whatever the count says (the
     # kubelet moves the count as it removes the containers): that run's end is no end of the
-    # attempt told, and its restart is still to come (CI of 23ec7d8: a job restarted twice
-    # for one failure, the second time for its first attempt's exit code).
+    # attempt told, and its restart is still to come.
     container = cs.get("containerID") or (ended or {}).get("containerID")
     told_container = annotations.get(c.TOLD_CONTAINER_ANNOTATION)
     pending = pending or bool(told_container and container == told_container)
