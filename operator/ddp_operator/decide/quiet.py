@@ -122,7 +122,7 @@ def computing(
     procs: int,
     started: datetime | None,
     now: datetime,
-    advanced: datetime | None = None,
+    advanced: datetime | None,
 ) -> bool:
     """Whether some worker's processes compute: an in-place pod (its watch judges them) not
     quiet for SETTLES since the later of its spell's start and ``advanced`` (the step's last
