@@ -129,19 +129,24 @@ def computing(
     advance), and whose ranks' own stacks do not say they stand still (NCCL spins)."""
     return any(
         p.in_place
-        and _quiet_age(p, now, advanced) < SETTLES
+        and not _settled(_quiet_age(p, now, advanced))
         and _still(stacks, i, procs, started, now) is None
         for i, p in current.items()
     )
 
 
-def _quiet_age(pod: WorkerPod, now: datetime, advanced: datetime | None) -> float:
+def _quiet_age(pod: WorkerPod, now: datetime, advanced: datetime | None) -> float | None:
     """Seconds the pod has been quiet, counted from the later of its spell's start and
-    ``advanced``; -1 where it is not quiet."""
+    ``advanced``; None where it is not quiet."""
     since = parse_time(pod.quiet_since)
     if since is None:
-        return -1.0
+        return None
     return (now - max(since, advanced or since)).total_seconds()
+
+
+def _settled(age: float | None) -> bool:
+    """Whether a quiet spell of ``age`` (``_quiet_age``) is the watch's judgement."""
+    return age is not None and age >= SETTLES
 
 
 def _settling(
@@ -149,7 +154,7 @@ def _settling(
 ) -> list[float]:
     """Seconds until each quiet spell too young to count has lasted SETTLES."""
     ages = [_quiet_age(p, now, advanced) for p in current.values() if p.in_place]
-    return [SETTLES - age for age in ages if 0 <= age < SETTLES]
+    return [SETTLES - age for age in ages if age is not None and not _settled(age)]
 
 
 def check(
