@@ -172,6 +172,8 @@ BY_CPU = textwrap.dedent("""
     step("computed")
     stand_here(1.0)
     step("stood")
+    busy(0.5)
+    step("moved")
     progress_stacks._reports.set()  # the script reports after all: its calls say from now on
     time.sleep(0.2)
     busy(0.2)
@@ -183,7 +185,8 @@ def test_a_rank_of_a_script_that_never_reports_says_where_it_stands_once_its_cpu
     endpoint: Endpoint,  # noqa: F811
 ) -> None:
     """By its CPU time, in a process of its own (as a rank; the endpoint's work here is not
-    its): computing, nothing; quiet, once a spell; a report call ends it."""
+    its): computing, nothing; quiet, once a spell; computing again, that it moves (or its
+    stack would stand for it while it computes); a report call ends it."""
     env = {
         **os.environ,
         "PYTHONPATH": str(OPERATOR),
@@ -211,11 +214,21 @@ def test_a_rank_of_a_script_that_never_reports_says_where_it_stands_once_its_cpu
         assert said[0]["stack"]["frames"][-1].endswith(" stand_here"), said
         rank.stdin.write("\n")
         rank.stdin.flush()
+        assert rank.stdout.readline() == "moved\n"
+        deadline = time.monotonic() + 10  # (the watch's thread posts it as it sees the work)
+        while len(stacks(endpoint.got)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        moving = [g["stack"] for g in stacks(endpoint.got)[1:2]]
+        assert moving == [{"rank": 2, "frames": [], "moving": True}], endpoint.got
+        rank.stdin.write("\n")
+        rank.stdin.flush()
         _, err = rank.communicate(timeout=30)
         assert rank.returncode == 0, err
     finally:
         rank.kill()
-    assert len(stacks(endpoint.got)) == 1
+    # (standing in the test's readline after "moved" may be a new spell: one more stack)
+    kinds = ["moving" if g["stack"].get("moving") else "stack" for g in stacks(endpoint.got)]
+    assert kinds in (["stack", "moving"], ["stack", "moving", "stack"]), endpoint.got
 
 
 def test_a_rank_is_quiet_by_cpu_as_its_pod_s_watch_judges_a_pod() -> None:

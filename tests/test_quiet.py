@@ -225,8 +225,9 @@ def test_a_kubeflow_script_s_evaluation_is_no_stall_while_a_worker_computes() ->
     hung = {0: worker(0, quiet_for=80), 1: worker(1, quiet_for=80)}
     stall, _ = quiet.stalled(JOB, running(), hung, evaluating, {}, 0, NOW)
     assert stall is not None and stall.reason == "Stalled"
-    spinning = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=None)}
-    still = {0: gpu_stack(5, 76), 1: culprit_stack(10, 70)}  # NCCL ranks: their stacks say it
+    # NCCL: rank 0 spins in all_reduce #4 (its stack says so), rank 1 hung outside it (quiet)
+    spinning = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=80)}
+    still = {0: gpu_stack(5, 76), 1: culprit_stack(10, 70)}
     assert quiet.stalled(JOB, running(), spinning, evaluating, still, 0, NOW)[0] is not None
     ours = {k: v for k, v in evaluating.items() if k != "protocol"}
     assert quiet.stalled(JOB, running(), busy, ours, {}, 0, NOW)[0] is not None
@@ -260,3 +261,31 @@ def test_the_watch_s_word_counts_against_an_evaluation_once_it_has_had_time_to_c
     settled = {**recent, "advanced": at(quiet.SETTLES)}
     stall, _ = quiet.stalled(brief, running(), stepping, settled, {}, 1, NOW)
     assert stall is not None and stall.reason == "Stalled"
+
+
+def test_a_rank_s_word_that_it_used_no_cpu_is_no_word_against_its_pod_s_watch() -> None:
+    """CI of b3eefed: a resumed Trainer (one worker, in a gloo group of one) was restarted 30 s
+    into its evaluation. Its steps barely computed on a busy machine, so its rank had said it
+    stood still by its CPU; that stack, a minute fresh, stood for the rank while the evaluation
+    computed, and the evaluation was taken for a stall. Only a rank in a collective it has not
+    completed (an NCCL rank spins a core there) overrides its pod's watch; and a rank whose
+    spell is over says so (``progress_stacks``), which takes its stack away (``culprit.keep``)."""
+    brief = job(timeoutSeconds=30)
+    evaluating = {"attempt": 1, "step": 24, "advanced": at(31), "protocol": "kubeflow"}
+    busy = {0: worker(0, quiet_for=None), 1: worker(1, quiet_for=None)}
+    stood = {0: {**culprit_stack(25, 20), "rank": 0, "worker": 0, "pod": "j-worker-0"}}
+    stood[1] = culprit_stack(25, 20)  # each in its script, its collectives all completed
+    stall, later = quiet.stalled(brief, running(), busy, evaluating, stood, 1, NOW)
+    assert stall is None and later == pytest.approx(3600 - 31)
+    waiting = {
+        0: gpu_stack(5, 76),
+        1: {**gpu_stack(5, 76), "rank": 1, "worker": 1, "pod": "j-worker-1"},
+    }
+    stall, _ = quiet.stalled(brief, running(), busy, evaluating, waiting, 1, NOW)
+    assert stall is not None and stall.reason == "Stalled"
+    moved = dict(waiting)
+    for rank in (0, 1):
+        note = {"rank": rank, "frames": [], "moving": True}
+        culprit.keep(moved, culprit.normalize(note, rank, 2, f"j-worker-{rank}", NOW), 1)
+    assert moved == {}
+    assert quiet.stalled(brief, running(), busy, evaluating, moved, 1, NOW)[0] is None

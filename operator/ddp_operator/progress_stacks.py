@@ -21,10 +21,10 @@ computing, loading or saving uses more), and sends its stack after LEAST_QUIET s
 flight recorder counts too: a rank that began or ended a collective since its last look moves; one
 that has stood in one unfinished collective since is quiet whatever its CPU (an NCCL rank waiting
 for the others spins a core in CUDA's synchronisation). While the spell lasts, it says so again
-every RESEND seconds (``quietSeconds`` growing): the operator counts only a rank that still says so
-(``decide/quiet``). With its first stack of a spell, it writes its recorder's dump where torch
-would on a timeout (``keep_dump``), for ``torchfrtrace``. A rank that calls ``report`` goes by its
-calls alone.
+every RESEND seconds (``quietSeconds`` growing), and once it is over that it moves again: the
+operator counts only a rank that still says so (``decide/quiet``). With its first stack of a
+spell, it writes its recorder's dump where torch would on a timeout (``keep_dump``), for
+``torchfrtrace``. A rank that calls ``report`` goes by its calls alone.
 """
 
 from __future__ import annotations
@@ -228,10 +228,15 @@ class StackWatch:
         return max(LEAST_QUIET, QUIET_FACTOR * usual)
 
     def _active(self, busy: bool) -> None:
-        """The rank computed (or is no rank yet): its quiet spell, if any, ends."""
-        if busy:
-            with self._lock:
-                self._called, self._sent = time.monotonic(), None
+        """The rank computed (or is no rank yet): its quiet spell, if any, ends; one it spoke of
+        is said to be over (``moving``), or its last stack would stand for it until it aged."""
+        if not busy:
+            return
+        with self._lock:
+            spoke = self._sent is not None
+            self._called, self._sent = time.monotonic(), None
+        if spoke:
+            self.send({"stack": {"rank": self.rank(), "frames": [], "moving": True}})
 
     def _run(self) -> None:
         cpu, at = time.process_time(), time.monotonic()

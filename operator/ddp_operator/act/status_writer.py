@@ -18,6 +18,7 @@ from ..decide import goodput
 from ..decide.conditions import progress_only
 from ..decide.memory import Memory
 from ..decide.plan import Plan
+from ..decide.status_patch import merge_patch
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class StatusWriter:
         and the next pass writes a status that counts them; either way a timed pass writes it.
         StatusConflict if the job moved on since ``version``."""
         self._count(plan, body)
-        changed = {k: v for k, v in plan.status.items() if self.status.get(k) != v}
+        changed = merge_patch(self.status, plan.status)
         now = time.monotonic()
         hold = now + PROGRESS_INTERVAL if created and not plan.events else self.written
         if progress_only(self.status, plan.status):

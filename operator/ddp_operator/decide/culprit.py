@@ -54,7 +54,7 @@ class Culprit:
 
 def normalize(raw: Any, worker: int, world: int, pod: str, now: datetime) -> dict[str, Any]:
     """A stack report as kept: ``{"rank", "worker", "pod", "frames", "at", "quietSeconds"}``
-    (and ``collectives``); raises BadStack.
+    (and ``collectives``, or ``moving``: the rank's quiet spell is over); raises BadStack.
     ``worker``, ``pod``: the sender pod's index and name; ``world``: the most ranks the job's
     world may have (any of them may be the sender's: torchrun numbers them)."""
     if not isinstance(raw, Mapping):
@@ -73,6 +73,8 @@ def normalize(raw: Any, worker: int, world: int, pod: str, now: datetime) -> dic
     if not isinstance(quiet, int | float) or isinstance(quiet, bool) or not 0 <= quiet < MAX_QUIET:
         raise BadStack(f"stack.quietSeconds must be seconds, not {quiet!r}")
     stack["quietSeconds"] = int(quiet)
+    if raw.get("moving") is True:  # its quiet spell is over: what it said of it is void
+        stack["moving"] = True
     if (said := raw.get("collectives")) is not None:
         stack["collectives"] = _collectives(said)
     return stack
@@ -81,7 +83,12 @@ def normalize(raw: Any, worker: int, world: int, pod: str, now: datetime) -> dic
 def keep(stacks: dict[int, dict[str, Any]], stack: dict[str, Any], procs: int) -> None:
     """Put a normalized ``stack`` in ``stacks`` (by rank): it replaces what any pod said of its
     rank before (the rank moved, or spoke again), and its pod keeps at most ``procs`` ranks, its
-    latest (those it ran in an earlier round go)."""
+    latest (those it ran in an earlier round go). One that says its rank moves again
+    (``moving``) takes what its pod said of the rank away, and is not kept."""
+    if stack.get("moving"):
+        if stacks.get(stack["rank"], {}).get("pod") == stack["pod"]:
+            del stacks[stack["rank"]]
+        return
     stacks[stack["rank"]] = stack
     pod = stack["pod"]
     mine = sorted((s["at"], r) for r, s in stacks.items() if s["pod"] == pod and s is not stack)

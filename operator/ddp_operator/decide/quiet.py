@@ -29,15 +29,15 @@ operator's delivered helpers), each rank quiet for a while says where it stands 
 the script (``progress_stacks.autostart``).
 
 A script that reports by Kubeflow's protocol (``status.progress.protocol``: Hugging Face's
-KubeflowCallback, which posts at step ends only) cannot announce a phase. Its step stall
-(``hangs``) is put off while some worker computes by the same signal (an in-place pod not quiet
-whose ranks do not say they stand still: an evaluation), for up to UNANNOUNCED seconds from the
-step's last advance, as an announced phase with no bound; where no worker is seen computing (all
-quiet, or pods with no watch) it stands. The watch's word lags: a pod counts as quiet only
-once it has said so for SETTLES after the later of its spell's start and the step's last advance
-(two windows and a probe period, and a margin). A judgement of the steps before (a script whose
-steps barely compute, or whose callback skipped the last post: it posts every 5 s at most), one
-window straddling the evaluation's start, or one failed probe would end an evaluation.
+KubeflowCallback, which posts at step ends only) cannot announce a phase. Its step stall (``hangs``)
+is put off while some worker computes by the same signal (an in-place pod not quiet whose ranks do
+not say they wait in a collective: an evaluation), for up to UNANNOUNCED seconds from the step's
+last advance, as an announced phase with no bound; where no worker is seen computing (all quiet, or
+pods with no watch) it stands. The watch's word lags: a pod counts as quiet only once it has said so
+for SETTLES after the later of its spell's start and the step's last advance (two windows and a
+probe period, and a margin). A judgement of the steps before (a script whose steps barely compute,
+or whose callback skipped the last post: it posts every 5 s at most), one window straddling the
+evaluation's start, or one failed probe would end an evaluation.
 """
 
 from __future__ import annotations
@@ -126,11 +126,14 @@ def computing(
 ) -> bool:
     """Whether some worker's processes compute: an in-place pod (its watch judges them) not
     quiet for SETTLES since the later of its spell's start and ``advanced`` (the step's last
-    advance), and whose ranks' own stacks do not say they stand still (NCCL spins)."""
+    advance), and whose ranks' own stacks do not say they wait in a collective (NCCL spins).
+    A rank's stack that says only that it used no CPU is no word against its watch: it may be
+    the rank's own word from before the work began (it speaks again only while its spell
+    lasts), and the pod's other processes (a DataLoader's workers) may compute for it."""
     return any(
         p.in_place
         and not _settled(_quiet_age(p, now, advanced))
-        and _still(stacks, i, procs, started, now) is None
+        and _still(stacks, i, procs, started, now, waiting=True) is None
         for i, p in current.items()
     )
 
@@ -206,10 +209,12 @@ def _still(
     procs: int,
     started: datetime | None,
     now: datetime,
+    waiting: bool = False,
 ) -> tuple[datetime, datetime] | None:
     """(since when, until when) every rank of ``worker`` has stood still by its own stacks: each
     rank's latest, sent after the group started and within two resend periods, says since when
-    it is quiet; None where a rank has not said so."""
+    it is quiet (``waiting``: in a collective it entered and has not completed, by its flight
+    recorder); None where a rank has not said so."""
     mine = [s for s in stacks.values() if s.get("worker") == worker]
     fresh = now - timedelta(seconds=2 * c.STACK_RESEND_SECONDS)
     spells = []
@@ -217,7 +222,17 @@ def _still(
         at = parse_time(s.get("at"))
         if at is None or at < fresh or (started is not None and at < started):
             return None
+        if waiting and not _in_collective(s):
+            return None
         spells.append((at - timedelta(seconds=int(s.get("quietSeconds") or 0)), at))
     if not spells or len(mine) < procs:
         return None
     return max(t for t, _ in spells), min(at for _, at in spells)
+
+
+def _in_collective(stack: Mapping[str, Any]) -> bool:
+    """Whether a rank's stack says it stands in a collective it entered and has not completed."""
+    return any(
+        int(g.get("entered", -1)) > int(g.get("completed", -1))
+        for g in stack.get("collectives") or ()
+    )
