@@ -283,6 +283,17 @@ def test_a_rank_s_word_that_it_used_no_cpu_is_no_word_against_its_pod_s_watch() 
     }
     stall, _ = quiet.stalled(brief, running(), busy, evaluating, waiting, 1, NOW)
     assert stall is not None and stall.reason == "Stalled"
+    # Two ranks a pod (NCCL): on worker 1, rank 2 spins in all_reduce #4 and rank 3, hung one
+    # behind, is quiet: its pod is busy, yet its ranks stand still; so do worker 0's.
+    body = ddpjob("j", "ns", nodes=2, procsPerNode=2, stallDetection={"timeoutSeconds": 30})
+    two = resolve(body)
+
+    def rank(r: int, stack: dict[str, Any]) -> dict[str, Any]:
+        return {**stack, "rank": r, "worker": r // 2, "pod": f"j-worker-{r // 2}"}
+
+    pairs = {r: rank(r, gpu_stack(5, 76)) for r in (0, 1, 2)} | {3: rank(3, culprit_stack(5, 70))}
+    stall, _ = quiet.stalled(two, running(), busy, evaluating, pairs, 1, NOW)
+    assert stall is not None and stall.reason == "Stalled"
     moved = dict(waiting)
     for rank in (0, 1):
         note = {"rank": rank, "frames": [], "moving": True}

@@ -227,16 +227,18 @@ class StackWatch:
         usual = statistics.median(self._gaps) if self._gaps else 0.0
         return max(LEAST_QUIET, QUIET_FACTOR * usual)
 
-    def _active(self, busy: bool) -> None:
+    def _active(self, busy: bool) -> bool:
         """The rank computed (or is no rank yet): its quiet spell, if any, ends; one it spoke of
-        is said to be over (``moving``), or its last stack would stand for it until it aged."""
+        is said to be over (``moving``), or its last stack would stand for it until it aged.
+        Whether that went."""
         if not busy:
-            return
+            return False
         with self._lock:
             spoke = self._sent is not None
             self._called, self._sent = time.monotonic(), None
         if spoke:
             self.send({"stack": {"rank": self.rank(), "frames": [], "moving": True}})
+        return spoke
 
     def _run(self) -> None:
         cpu, at = time.process_time(), time.monotonic()
@@ -251,8 +253,8 @@ class StackWatch:
                 moved, self._stood = stands != self._stood, stands  # a collective began or ended
                 stuck = any(entered > completed for _, entered, completed in stands or ())
                 busy = used - cpu >= QUIET_SHARE * (now - at)
-                self._active(not ranked or moved or (busy and not stuck))
-                cpu, at = used, now
+                said = self._active(not ranked or moved or (busy and not stuck))
+                cpu, at = (time.process_time(), time.monotonic()) if said else (used, now)
             with self._lock:
                 now = time.monotonic()
                 quiet = now - self._called

@@ -126,10 +126,10 @@ def computing(
 ) -> bool:
     """Whether some worker's processes compute: an in-place pod (its watch judges them) not
     quiet for SETTLES since the later of its spell's start and ``advanced`` (the step's last
-    advance), and whose ranks' own stacks do not say they wait in a collective (NCCL spins).
-    A rank's stack that says only that it used no CPU is no word against its watch: it may be
-    the rank's own word from before the work began (it speaks again only while its spell
-    lasts), and the pod's other processes (a DataLoader's workers) may compute for it."""
+    advance), and whose ranks' own stacks do not all say they stand still, one of them in a
+    collective it has not completed (an NCCL rank spins a core there: what the watch saw). A
+    pod whose ranks say only that they used no CPU computes by its watch: its other processes
+    (a DataLoader's workers) may compute for them."""
     return any(
         p.in_place
         and not _settled(_quiet_age(p, now, advanced))
@@ -213,8 +213,8 @@ def _still(
 ) -> tuple[datetime, datetime] | None:
     """(since when, until when) every rank of ``worker`` has stood still by its own stacks: each
     rank's latest, sent after the group started and within two resend periods, says since when
-    it is quiet (``waiting``: in a collective it entered and has not completed, by its flight
-    recorder); None where a rank has not said so."""
+    it is quiet (``waiting``: and one of them stands in a collective it entered and has not
+    completed, by its flight recorder); None where a rank has not said so."""
     mine = [s for s in stacks.values() if s.get("worker") == worker]
     fresh = now - timedelta(seconds=2 * c.STACK_RESEND_SECONDS)
     spells = []
@@ -222,10 +222,8 @@ def _still(
         at = parse_time(s.get("at"))
         if at is None or at < fresh or (started is not None and at < started):
             return None
-        if waiting and not _in_collective(s):
-            return None
         spells.append((at - timedelta(seconds=int(s.get("quietSeconds") or 0)), at))
-    if not spells or len(mine) < procs:
+    if not spells or len(mine) < procs or (waiting and not any(map(_in_collective, mine))):
         return None
     return max(t for t, _ in spells), min(at for _, at in spells)
 
