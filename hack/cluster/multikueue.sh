@@ -19,16 +19,19 @@ worker="$root/.cluster/peers/worker/kubeconfig"
 log() { echo "[multikueue $(date +%H:%M:%S)] $*" >&2; }
 die() { log "$*"; exit 1; }
 on() { local config="$1"; shift; "$root/.cluster/bin/kubectl" --kubeconfig "$config" "$@"; }
+kubectl_() { on "$kubeconfig" "$@"; }  # (daemon.sh's crds_established: on $kubeconfig)
+# shellcheck source=hack/cluster/daemon.sh
+source "$here/daemon.sh"
 
 up() {
   [[ -f "$manager" ]] || die "no local cluster: hack/cluster/cluster.sh up first"
   DDP_CLUSTER=worker "$here/cluster.sh" up
   "$here/kueue.sh" up
   DDP_CLUSTER=worker "$here/kueue.sh" up
-  local config
-  for config in "$manager" "$worker"; do
-    on "$config" apply --server-side --force-conflicts -f "$root/crds/ddpjobs.ddp-operator.io.yaml" >/dev/null
-    on "$config" wait --for=condition=Established --timeout=60s crd/ddpjobs.ddp-operator.io >/dev/null
+  local kubeconfig crd="$root/crds/ddpjobs.ddp-operator.io.yaml"
+  for kubeconfig in "$manager" "$worker"; do
+    kubectl_ apply --server-side --force-conflicts -f "$crd" >/dev/null
+    crds_established "$crd"
   done
   # MultiKueue takes only a kubeconfig with its credentials inline (no file paths).
   on "$worker" config view --raw --flatten --minify >"$root/.cluster/peers/worker/kubeconfig.inline"
