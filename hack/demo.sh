@@ -39,13 +39,11 @@ kubectl apply --server-side --force-conflicts -f crds/
 # A CRD just created may have no status yet, which kubectl wait takes for an error ("<nil> is
 # of the type <nil>"), not for a wait: asked again for 60 s, then its last words.
 t0=$SECONDS
-until kubectl wait --for=condition=Established --timeout=60s crd/ddpjobs.ddp-operator.io 2>/dev/null; do
-  if ((SECONDS - t0 >= 60)); then
-    kubectl wait --for=condition=Established --timeout=1s crd/ddpjobs.ddp-operator.io
-    exit 1
-  fi
+until said="$(kubectl wait --for=condition=Established --timeout=60s crd/ddpjobs.ddp-operator.io 2>&1)"; do
+  ((SECONDS - t0 < 60)) || { echo "$said" >&2; exit 1; }
   sleep 0.5
 done
+echo "$said"
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
 
 if [[ $local_cluster == 1 ]]; then

@@ -165,12 +165,17 @@ def waits(stack: Mapping[str, Any], latest: Mapping[str, int] | None = None) -> 
     stands outside whatever its last mark says (torch 2.15's gloo marked an all_reduce
     completed late, or never: a rank asleep in the script read as in it)."""
     frames = stack.get("frames") or []
+    return in_collective(stack, latest) or (bool(frames) and frames[-1].startswith(WAITS_IN))
+
+
+def in_collective(stack: Mapping[str, Any], latest: Mapping[str, int] | None = None) -> bool:
+    """Whether a rank's flight recorder says it stands in a collective it entered and has not
+    completed (not one of a group in which another rank entered a later one: ``latest``)."""
     ahead = latest or {}
-    in_one = any(
+    return any(
         c["entered"] > c["completed"] and c["entered"] >= ahead.get(c["group"], 0)
         for c in stack.get("collectives") or ()
     )
-    return in_one or (bool(frames) and frames[-1].startswith(WAITS_IN))
 
 
 def _caller(frames: list[str]) -> str | None:

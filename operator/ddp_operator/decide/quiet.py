@@ -223,14 +223,6 @@ def _still(
         if at is None or at < fresh or (started is not None and at < started):
             return None
         spells.append((at - timedelta(seconds=int(s.get("quietSeconds") or 0)), at))
-    if not spells or len(mine) < procs or (waiting and not any(map(_in_collective, mine))):
+    if not spells or len(mine) < procs or (waiting and not any(map(culprit.in_collective, mine))):
         return None
     return max(t for t, _ in spells), min(at for _, at in spells)
-
-
-def _in_collective(stack: Mapping[str, Any]) -> bool:
-    """Whether a rank's stack says it stands in a collective it entered and has not completed."""
-    return any(
-        int(g.get("entered", -1)) > int(g.get("completed", -1))
-        for g in stack.get("collectives") or ()
-    )
