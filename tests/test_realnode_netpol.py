@@ -56,6 +56,10 @@ DROPPED = "BLOCKED TimeoutError"
 
 
 def _job(name: str, ns: str, image: str, **spec) -> dict:
+    """A 2-worker job whose training idles until the test finishes it (``_finish``): no stall
+    detection, which takes 300 s of idle processes for a hang (run 107: this test took 8
+    minutes)."""
+    spec.setdefault("stallDetection", {"enabled": False})
     job = trainer_job(name, ns, image, [], procsPerNode=1, masterPort=PORT, **spec)
     job["spec"]["template"]["spec"]["containers"][0]["command"] = ["python3", "-c", TRAIN]
     return job
